@@ -1,0 +1,273 @@
+//! Offsets in MongoDB: one document per pipeline in `<offsets_database>.<offsets_collection>`,
+//! and the checkpointer task that writes the relay's safe position.
+//!
+//! Document shape (a public contract, see README "Offsets"):
+//! `{_id: <pipeline>, resumeToken, clusterTime, positionTime, wallTime, updatedAt,
+//!   eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
+//!   startAtOperationTime?}`.
+//!
+//! Invariants:
+//! - Ownership: [`OffsetsStore::take`] increments `epoch` (`findOneAndUpdate`, upsert); every
+//!   later write filters on `{_id, epoch}`. A write that matches nothing means another instance
+//!   took the pipeline: [`BridgeError::Fenced`].
+//! - Never regresses: only positions from the relay's ordered window are written, by one task,
+//!   in the order they were published (see `window.rs`), and a fenced writer writes nothing.
+//! - Every write uses write concern `majority` so a committed position survives a failover.
+//! - `leaseUntil` is refreshed every interval even when the position did not move, so tools can
+//!   tell a live owner from a dead one.
+
+use std::time::Duration;
+
+use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
+use mongodb::options::{ReturnDocument, WriteConcern};
+use mongodb::{Client, Collection};
+use tokio::sync::watch;
+
+use crate::error::BridgeError;
+use crate::event::Position;
+use crate::metrics::PipelineMetrics;
+
+/// What the offsets document says when a pipeline starts.
+#[derive(Debug, Clone, Default)]
+pub struct Offsets {
+    /// The committed resume token, if any.
+    pub resume_token: Option<RawDocumentBuf>,
+    /// Where to start when there is no token (set by `start_at` or an operator reset).
+    pub start_at_operation_time: Option<Timestamp>,
+    /// `clusterTime` of the last committed event.
+    pub cluster_time: Option<Timestamp>,
+    /// Our epoch after taking the pipeline.
+    pub epoch: i64,
+}
+
+/// Access to the offsets collection for one pipeline.
+#[derive(Clone)]
+pub struct OffsetsStore {
+    collection: Collection<Document>,
+    pipeline: String,
+    owner: String,
+    lease: Duration,
+}
+
+fn majority() -> WriteConcern {
+    WriteConcern::majority()
+}
+
+impl OffsetsStore {
+    /// A store for `pipeline`, owned by instance `owner`, with leases of `lease`.
+    pub fn new(
+        client: &Client,
+        database: &str,
+        collection: &str,
+        pipeline: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Self {
+        let collection = client.database(database).collection::<Document>(collection);
+        Self {
+            collection,
+            pipeline: pipeline.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+        }
+    }
+
+    fn error(&self, source: mongodb::error::Error) -> BridgeError {
+        BridgeError::Checkpoint {
+            pipeline: self.pipeline.clone(),
+            source,
+        }
+    }
+
+    fn lease_until(&self) -> DateTime {
+        DateTime::from_millis(DateTime::now().timestamp_millis() + self.lease.as_millis() as i64)
+    }
+
+    /// Takes the pipeline: increments `epoch`, sets `owner` and `leaseUntil`, returns the stored
+    /// position. Any instance holding an older epoch is fenced from now on.
+    pub async fn take(&self) -> Result<Offsets, BridgeError> {
+        let update = doc! {
+            "$inc": { "epoch": 1_i64 },
+            "$set": { "owner": &self.owner, "leaseUntil": self.lease_until(),
+                      "bridgeVersion": env!("CARGO_PKG_VERSION") },
+            "$setOnInsert": { "eventsCommitted": 0_i64 },
+        };
+        let found = self
+            .collection
+            .find_one_and_update(doc! { "_id": &self.pipeline }, update)
+            .upsert(true)
+            .return_document(ReturnDocument::After)
+            .write_concern(majority())
+            .await
+            .map_err(|e| self.error(e))?
+            .ok_or_else(|| self.invalid("upsert returned no document"))?;
+        self.parse(&found)
+    }
+
+    /// Reads the stored position again (on a restart) and checks we still own it.
+    pub async fn load(&self, epoch: i64) -> Result<Offsets, BridgeError> {
+        let found = self
+            .collection
+            .find_one(doc! { "_id": &self.pipeline })
+            .await
+            .map_err(|e| self.error(e))?
+            .ok_or_else(|| self.invalid("the document was deleted while the pipeline ran"))?;
+        let offsets = self.parse(&found)?;
+        if offsets.epoch != epoch {
+            return Err(BridgeError::Fenced {
+                pipeline: self.pipeline.clone(),
+                epoch,
+            });
+        }
+        Ok(offsets)
+    }
+
+    fn invalid(&self, reason: &str) -> BridgeError {
+        BridgeError::OffsetsDocument {
+            pipeline: self.pipeline.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn parse(&self, found: &Document) -> Result<Offsets, BridgeError> {
+        let epoch = match found.get("epoch") {
+            Some(Bson::Int64(e)) => *e,
+            Some(Bson::Int32(e)) => i64::from(*e),
+            _ => return Err(self.invalid("epoch must be an Int64")),
+        };
+        let resume_token = match found.get("resumeToken") {
+            None | Some(Bson::Null) => None,
+            Some(Bson::Document(d)) => Some(
+                RawDocumentBuf::from_document(d)
+                    .map_err(|_| self.invalid("resumeToken is not valid BSON"))?,
+            ),
+            Some(_) => return Err(self.invalid("resumeToken must be a document")),
+        };
+        let ts = |key: &str| match found.get(key) {
+            Some(Bson::Timestamp(t)) => Some(*t),
+            _ => None,
+        };
+        Ok(Offsets {
+            resume_token,
+            start_at_operation_time: ts("startAtOperationTime"),
+            cluster_time: ts("clusterTime"),
+            epoch,
+        })
+    }
+
+    /// Stores `startAtOperationTime` so a restart before the first commit starts there too.
+    pub async fn set_start_time(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
+        self.update(epoch, doc! { "$set": { "startAtOperationTime": at } })
+            .await
+    }
+
+    /// Writes `position` (and `events` more committed events) with majority write concern.
+    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
+    pub async fn commit(
+        &self,
+        epoch: i64,
+        position: &Position,
+        events: u64,
+    ) -> Result<(), BridgeError> {
+        let token = position
+            .token
+            .to_document()
+            .map_err(|_| self.invalid("token is not valid BSON"))?;
+        let mut set = doc! {
+            "resumeToken": token,
+            "positionTime": position.position_time,
+            "updatedAt": DateTime::now(),
+            "owner": &self.owner,
+            "leaseUntil": self.lease_until(),
+            "bridgeVersion": env!("CARGO_PKG_VERSION"),
+        };
+        if let Some(ts) = position.cluster_time {
+            set.insert("clusterTime", ts);
+        }
+        if let Some(ms) = position.wall_time_ms {
+            set.insert("wallTime", DateTime::from_millis(ms));
+        }
+        let update = doc! {
+            "$set": set,
+            "$inc": { "eventsCommitted": events as i64 },
+            "$unset": { "startAtOperationTime": "" },
+        };
+        self.update(epoch, update).await
+    }
+
+    /// Refreshes `leaseUntil` only.
+    pub async fn renew(&self, epoch: i64) -> Result<(), BridgeError> {
+        self.update(epoch, doc! { "$set": { "leaseUntil": self.lease_until() } })
+            .await
+    }
+
+    async fn update(&self, epoch: i64, update: Document) -> Result<(), BridgeError> {
+        let result = self
+            .collection
+            .update_one(doc! { "_id": &self.pipeline, "epoch": epoch }, update)
+            .write_concern(majority())
+            .await
+            .map_err(|e| self.error(e))?;
+        if result.matched_count == 0 {
+            return Err(BridgeError::Fenced {
+                pipeline: self.pipeline.clone(),
+                epoch,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Writes the relay's safe position every `interval` while it moves, renews the lease while it
+/// does not, and makes a final commit when the relay drops its sender. Returns the last
+/// committed position.
+pub async fn run_checkpointer(
+    store: OffsetsStore,
+    epoch: i64,
+    mut safe: watch::Receiver<Option<Position>>,
+    interval: Duration,
+    metrics: PipelineMetrics,
+    mut committed_events: u64,
+) -> Result<(), BridgeError> {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut dirty = false;
+    loop {
+        let closed = tokio::select! {
+            _ = ticker.tick() => false,
+            changed = safe.changed() => match changed {
+                Ok(()) => { dirty = true; continue }
+                Err(_) => true,
+            },
+        };
+        let position = safe.borrow_and_update().clone();
+        let started = std::time::Instant::now();
+        let outcome = match &position {
+            Some(p) if dirty => {
+                let delta = p.event_count.saturating_sub(committed_events);
+                store.commit(epoch, p, delta).await.map(|()| {
+                    committed_events = p.event_count;
+                    dirty = false;
+                    if let Some(ts) = p.cluster_time {
+                        metrics.checkpoint_timestamp.set(f64::from(ts.time));
+                    }
+                    "ok"
+                })
+            }
+            _ => store.renew(epoch).await.map(|()| "lease"),
+        };
+        metrics
+            .commit_duration
+            .observe(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(label) => metrics.commit(label),
+            Err(e) => {
+                metrics.commit("error");
+                return Err(e);
+            }
+        }
+        if closed {
+            return Ok(());
+        }
+    }
+}

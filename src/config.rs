@@ -1,0 +1,418 @@
+//! Configuration: a TOML file, then `MONGO_KAFKA_BRIDGE__SECTION__KEY` environment overrides,
+//! validated once at load.
+//!
+//! Invariants:
+//! - A [`Config`] that exists has passed [`Config::validate`]: every error names the TOML path of
+//!   the field and the fix, and maps to exit code 2.
+//! - Unknown keys are errors (`deny_unknown_fields`), so a typo never silently changes behaviour.
+//! - Secrets (the password in `mongodb.uri`, librdkafka `*password*`/`*secret*` properties) never
+//!   appear in `Debug` output or error messages; see [`SecretUri`] and [`Config::secrets`].
+//!
+//! Environment overrides: `MONGO_KAFKA_BRIDGE__MONGODB__URI`, `…__KAFKA__BOOTSTRAP_SERVERS`,
+//! `…__KAFKA__TOPIC_PREFIX`, `…__BRIDGE__COMMIT_INTERVAL_MS`, `…__METRICS__LISTEN`, and any
+//! librdkafka property as `…__KAFKA__PROPERTIES__SASL_PASSWORD` (after `PROPERTIES__` the name is
+//! lowercased and `_` becomes `.`: `sasl.password`). Pipelines are configured in the file only.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::BridgeError;
+use crate::extjson::JsonMode;
+
+mod rules;
+
+/// Prefix of environment overrides; `__` separates path segments.
+pub const ENV_PREFIX: &str = "MONGO_KAFKA_BRIDGE__";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the change streams are read and the offsets are stored.
+    pub mongodb: MongoConfig,
+    /// Where the records are produced.
+    pub kafka: KafkaConfig,
+    /// One change stream each; run concurrently.
+    #[serde(default)]
+    pub pipelines: Vec<PipelineConfig>,
+    /// Process-wide tuning.
+    #[serde(default)]
+    pub bridge: BridgeConfig,
+    /// The HTTP endpoint for `/metrics`, `/healthz`, `/readyz`.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `[mongodb]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MongoConfig {
+    /// Connection string; TLS and auth options go in it. Must reach a replica set or mongos.
+    pub uri: SecretUri,
+    /// Database of the offsets collection. Default `mongo_kafka_bridge`.
+    #[serde(default = "default_offsets_database")]
+    pub offsets_database: String,
+    /// Collection holding one offsets document per pipeline. Default `offsets`.
+    #[serde(default = "default_offsets_collection")]
+    pub offsets_collection: String,
+}
+
+/// `[kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// librdkafka `bootstrap.servers`, e.g. `127.0.0.1:9092`.
+    pub bootstrap_servers: String,
+    /// Prepended to `<db>.<coll>` when a pipeline has no `topic`. Default empty.
+    #[serde(default)]
+    pub topic_prefix: String,
+    /// Any librdkafka producer property; the ones that would break the guarantees are rejected.
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// A librdkafka property value as written in TOML (librdkafka takes strings).
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    /// `"lz4"`.
+    Text(String),
+    /// `5`.
+    Integer(i64),
+    /// `true`.
+    Bool(bool),
+    /// `0.5`.
+    Float(f64),
+}
+
+impl fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Text(s) => f.write_str(s),
+            Self::Integer(i) => write!(f, "{i}"),
+            Self::Bool(b) => write!(f, "{b}"),
+            Self::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+impl fmt::Debug for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// `full_document`: MongoDB's `fullDocument` change stream option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullDocument {
+    /// Server default: no `fullDocument` on updates.
+    Default,
+    /// Look the document up when the update is read (may be newer, or null if deleted since).
+    UpdateLookup,
+    /// Post-image when the collection records them.
+    WhenAvailable,
+    /// Post-image, or the stream fails.
+    Required,
+}
+
+/// `full_document_before_change`: MongoDB's `fullDocumentBeforeChange` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullDocumentBeforeChange {
+    /// No pre-image.
+    Off,
+    /// Pre-image when the collection records them.
+    WhenAvailable,
+    /// Pre-image, or the stream fails.
+    Required,
+}
+
+/// `value`: what a record's value holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueMode {
+    /// The whole change event.
+    ChangeEvent,
+    /// `fullDocument` only (null for deletes and vanished documents).
+    Document,
+}
+
+/// `on_history_lost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHistoryLost {
+    /// Stop with an actionable error; the offset is left as is.
+    Fail,
+    /// Restart at now and publish a gap marker (not available in this version).
+    Skip,
+    /// Re-snapshot (not available in this version).
+    Snapshot,
+}
+
+/// `on_oversize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOversize {
+    /// Stop the pipeline with an actionable error.
+    Fail,
+    /// Publish a stub to `dead_letter_topic` (not available in this version).
+    DeadLetter,
+}
+
+/// Where a pipeline starts when it has no offset yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The current time.
+    Now,
+    /// `startAtOperationTime` at this many seconds since the Unix epoch.
+    Timestamp(u32),
+}
+
+/// One `[[pipelines]]` entry: one change stream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Unique; the offsets document's `_id`.
+    pub name: String,
+    /// Omit with `collection` to watch the whole deployment.
+    pub database: Option<String>,
+    /// Omit to watch the whole database.
+    pub collection: Option<String>,
+    /// Extended JSON array of aggregation stages appended after `$changeStream`.
+    pub pipeline: Option<String>,
+    /// Default `default`.
+    #[serde(default = "default_full_document")]
+    pub full_document: FullDocument,
+    /// Default `off`.
+    #[serde(default = "default_before_change")]
+    pub full_document_before_change: FullDocumentBeforeChange,
+    /// One topic for everything this pipeline reads; default `<topic_prefix><db>.<coll>`.
+    pub topic: Option<String>,
+    /// Default `change_event`.
+    #[serde(default = "default_value_mode")]
+    pub value: ValueMode,
+    /// Default `relaxed`.
+    #[serde(default = "default_json")]
+    pub json: JsonMode,
+    /// Follow each delete with a null-value record of the same key. Default `true`.
+    #[serde(default = "default_true")]
+    pub tombstones: bool,
+    /// `now` (default) or an RFC 3339 time; used only when no offset exists.
+    #[serde(default = "default_start_at")]
+    pub start_at: String,
+    /// Default `fail`.
+    #[serde(default = "default_on_history_lost")]
+    pub on_history_lost: OnHistoryLost,
+    /// Default `fail`.
+    #[serde(default = "default_on_oversize")]
+    pub on_oversize: OnOversize,
+    /// Required when `on_oversize = "dead_letter"`.
+    pub dead_letter_topic: Option<String>,
+}
+
+/// `[bridge]`: process-wide tuning. Durations in milliseconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BridgeConfig {
+    /// How often the safe position is written (ms). Default 1000.
+    pub commit_interval_ms: u64,
+    /// Drain bound on SIGTERM (ms). Default 30000.
+    pub shutdown_timeout_ms: u64,
+    /// Per pipeline: enqueued but not yet delivered events. Default 10000.
+    pub max_in_flight_events: usize,
+    /// Per pipeline: bytes of encoded records enqueued but not delivered. Default 16 MiB.
+    pub max_in_flight_bytes: usize,
+    /// `maxAwaitTimeMS` of each `getMore` (ms); also how often an idle stream's token advances.
+    /// Default 1000.
+    pub max_await_time_ms: u64,
+    /// Upper bound of the restart backoff (ms). Default 30000.
+    pub max_restart_backoff_ms: u64,
+    /// `/readyz` fails when the oldest undelivered record is older than this (ms). Default 60000.
+    pub ready_max_delivery_age_ms: u64,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` of the HTTP endpoint; port 0 picks a free port. Default `127.0.0.1:9464`.
+    pub listen: String,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        Self {
+            commit_interval_ms: 1000,
+            shutdown_timeout_ms: 30_000,
+            max_in_flight_events: 10_000,
+            max_in_flight_bytes: 16 * 1024 * 1024,
+            max_await_time_ms: 1000,
+            max_restart_backoff_ms: 30_000,
+            ready_max_delivery_age_ms: 60_000,
+        }
+    }
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".to_owned(),
+        }
+    }
+}
+
+fn default_offsets_database() -> String {
+    "mongo_kafka_bridge".to_owned()
+}
+fn default_offsets_collection() -> String {
+    "offsets".to_owned()
+}
+const fn default_full_document() -> FullDocument {
+    FullDocument::Default
+}
+const fn default_before_change() -> FullDocumentBeforeChange {
+    FullDocumentBeforeChange::Off
+}
+const fn default_value_mode() -> ValueMode {
+    ValueMode::ChangeEvent
+}
+const fn default_json() -> JsonMode {
+    JsonMode::Relaxed
+}
+const fn default_true() -> bool {
+    true
+}
+fn default_start_at() -> String {
+    "now".to_owned()
+}
+const fn default_on_history_lost() -> OnHistoryLost {
+    OnHistoryLost::Fail
+}
+const fn default_on_oversize() -> OnOversize {
+    OnOversize::Fail
+}
+
+/// A MongoDB connection string whose password is never printed.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct SecretUri(String);
+
+impl SecretUri {
+    /// Wraps a connection string.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self(uri.into())
+    }
+    /// The connection string itself, for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// The password in the userinfo part, if any.
+    pub fn password(&self) -> Option<&str> {
+        let rest = self.0.split_once("://")?.1;
+        let authority = rest.split(['/', '?']).next()?;
+        let userinfo = authority.rsplit_once('@')?.0;
+        userinfo
+            .split_once(':')
+            .map(|(_, p)| p)
+            .filter(|p| !p.is_empty())
+    }
+    /// The connection string with the password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match self.password() {
+            Some(p) => self.0.replacen(&format!(":{p}@"), ":***@", 1),
+            None => self.0.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for SecretUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl Config {
+    /// Reads `path`, applies environment overrides from the process environment, validates.
+    ///
+    /// Errors: [`BridgeError::Config`] naming the field (or `--config` when the file cannot be
+    /// read or is not TOML).
+    pub fn load(path: &Path) -> Result<Self, BridgeError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BridgeError::Config {
+            field: "--config".into(),
+            reason: format!("cannot read {}: {e}", path.display()),
+        })?;
+        Self::from_toml(&text, std::env::vars())
+    }
+
+    /// Parses TOML text, applies `MONGO_KAFKA_BRIDGE__*` overrides from `env`, validates.
+    pub fn from_toml(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, BridgeError> {
+        let mut tree: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| BridgeError::Config {
+                    field: "--config".into(),
+                    reason: format!("not valid TOML: {e}"),
+                })?;
+        rules::apply_env(&mut tree, env)?;
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|e| {
+                BridgeError::Config {
+                    field: e.path().to_string(),
+                    reason: e.into_inner().message().to_owned(),
+                }
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule a well-typed file can still break; see `config/rules.rs`.
+    pub fn validate(&self) -> Result<(), BridgeError> {
+        rules::validate(self)
+    }
+
+    /// Every secret in this configuration, for redaction of third-party messages.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .mongodb
+            .uri
+            .password()
+            .map(str::to_owned)
+            .into_iter()
+            .collect();
+        for (key, value) in &self.kafka.properties {
+            if rules::is_secret_property(key) {
+                out.push(value.to_string());
+            }
+        }
+        out
+    }
+}
+
+impl PipelineConfig {
+    /// Parsed `start_at`; valid after [`Config::validate`].
+    pub fn start_at(&self) -> StartAt {
+        rules::parse_start_at(&self.start_at).unwrap_or(StartAt::Now)
+    }
+    /// Parsed `pipeline` stages; empty when unset. Valid after [`Config::validate`].
+    pub fn stages(&self) -> Vec<bson::Document> {
+        self.pipeline
+            .as_deref()
+            .map(rules::parse_stages)
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    }
+    /// `db`, `db.coll`, or `*` for the whole deployment, for logs and errors.
+    pub fn scope(&self) -> String {
+        match (&self.database, &self.collection) {
+            (Some(db), Some(coll)) => format!("{db}.{coll}"),
+            (Some(db), None) => db.clone(),
+            _ => "*".to_owned(),
+        }
+    }
+}

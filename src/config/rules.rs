@@ -1,0 +1,338 @@
+//! Validation rules and environment overrides for [`Config`](super::Config).
+//!
+//! Each rule returns a [`BridgeError::Config`] whose `field` is the TOML path and whose `reason`
+//! says what to write instead. Rules that protect the delivery guarantees follow librdkafka's
+//! `CONFIGURATION.md` (idempotent producer: `acks=all`, `max.in.flight.requests.per.connection`
+//! ≤ 5) and the Java clients' key → partition mapping (`murmur2_random`).
+
+use std::collections::HashSet;
+
+use super::{Config, ENV_PREFIX, OnHistoryLost, OnOversize, PipelineConfig, StartAt};
+use crate::error::BridgeError;
+
+/// librdkafka's default `queue.buffering.max.messages`.
+const RDKAFKA_QUEUE_MESSAGES: i64 = 100_000;
+/// librdkafka's default `queue.buffering.max.kbytes`.
+const RDKAFKA_QUEUE_KBYTES: i64 = 1_048_576;
+
+fn err(field: impl Into<String>, reason: impl Into<String>) -> BridgeError {
+    BridgeError::Config {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// True for librdkafka properties whose value is a secret.
+pub(super) fn is_secret_property(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("password") || k.contains("secret") || k.contains("jaas") || k == "ssl.key.pem"
+}
+
+/// Applies `MONGO_KAFKA_BRIDGE__SECTION__KEY=value` overrides to the parsed file.
+///
+/// Values that parse as a TOML integer or boolean become one; everything else is a string.
+pub(super) fn apply_env(
+    tree: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), BridgeError> {
+    for (name, raw) in env {
+        let Some(path) = name.strip_prefix(ENV_PREFIX) else {
+            continue;
+        };
+        let parts: Vec<&str> = path.split("__").collect();
+        let (section, key) = match parts.as_slice() {
+            [section, key] => (section.to_ascii_lowercase(), key.to_ascii_lowercase()),
+            [kafka, props, key]
+                if kafka.eq_ignore_ascii_case("kafka")
+                    && props.eq_ignore_ascii_case("properties") =>
+            {
+                let table = section_table(tree, "kafka");
+                let props = table
+                    .entry("properties")
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                let toml::Value::Table(props) = props else {
+                    return Err(err(
+                        "kafka.properties",
+                        "must be a table of librdkafka properties",
+                    ));
+                };
+                let key = key.to_ascii_lowercase().replace('_', ".");
+                props.insert(key, toml::Value::String(raw));
+                continue;
+            }
+            _ => {
+                return Err(err(
+                    name.clone(),
+                    "environment overrides take the form MONGO_KAFKA_BRIDGE__SECTION__KEY \
+                     (pipelines are configured in the file only)",
+                ));
+            }
+        };
+        if section == "pipelines" {
+            return Err(err(name, "pipelines are configured in the file only"));
+        }
+        let value = match raw.parse::<i64>() {
+            Ok(i) => toml::Value::Integer(i),
+            Err(_) => match raw.as_str() {
+                "true" => toml::Value::Boolean(true),
+                "false" => toml::Value::Boolean(false),
+                _ => toml::Value::String(raw),
+            },
+        };
+        section_table(tree, &section).insert(key, value);
+    }
+    Ok(())
+}
+
+fn section_table<'a>(tree: &'a mut toml::Table, section: &str) -> &'a mut toml::Table {
+    let entry = tree
+        .entry(section)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if !entry.is_table() {
+        *entry = toml::Value::Table(toml::Table::new());
+    }
+    entry.as_table_mut().expect("entry was just made a table")
+}
+
+/// Parses `start_at`: `now` or an RFC 3339 time, as seconds since the Unix epoch.
+pub(super) fn parse_start_at(text: &str) -> Option<StartAt> {
+    if text == "now" {
+        return Some(StartAt::Now);
+    }
+    let time = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    u32::try_from(time.timestamp()).ok().map(StartAt::Timestamp)
+}
+
+/// Parses the `pipeline` option: an Extended JSON array of stage documents.
+pub(super) fn parse_stages(text: &str) -> Result<Vec<bson::Document>, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let serde_json::Value::Array(items) = json else {
+        return Err("must be a JSON array of stages, e.g. '[{\"$match\": {…}}]'".into());
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match bson::Bson::try_from(item) {
+            Ok(bson::Bson::Document(d)) if d.len() == 1 => Ok(d),
+            Ok(_) => Err(format!(
+                "stage {i} must be a document with exactly one $stage key"
+            )),
+            Err(e) => Err(format!("stage {i} is not valid Extended JSON: {e}")),
+        })
+        .collect()
+}
+
+fn valid_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Runs every rule.
+pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
+    let uri = config.mongodb.uri.expose();
+    if !(uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://")) {
+        return Err(err(
+            "mongodb.uri",
+            "must start with mongodb:// or mongodb+srv://",
+        ));
+    }
+    if config.mongodb.offsets_database.is_empty() || config.mongodb.offsets_collection.is_empty() {
+        return Err(err(
+            "mongodb.offsets_collection",
+            "database and collection must be non-empty",
+        ));
+    }
+    if config.kafka.bootstrap_servers.trim().is_empty() {
+        return Err(err(
+            "kafka.bootstrap_servers",
+            "set it to host:port[,host:port]",
+        ));
+    }
+    validate_bridge(config)?;
+    validate_properties(config)?;
+    if config
+        .metrics
+        .listen
+        .parse::<std::net::SocketAddr>()
+        .is_err()
+    {
+        return Err(err(
+            "metrics.listen",
+            "must be host:port with an IP address, e.g. 0.0.0.0:9464",
+        ));
+    }
+    if config.pipelines.is_empty() {
+        return Err(err("pipelines", "add at least one [[pipelines]] entry"));
+    }
+    let mut names = HashSet::new();
+    for (i, p) in config.pipelines.iter().enumerate() {
+        validate_pipeline(&format!("pipelines[{i}]"), p)?;
+        if !names.insert(p.name.as_str()) {
+            return Err(err(
+                format!("pipelines[{i}].name"),
+                format!("{:?} is used twice", p.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
+    let b = &config.bridge;
+    let positive = [
+        ("bridge.commit_interval_ms", b.commit_interval_ms),
+        ("bridge.max_in_flight_events", b.max_in_flight_events as u64),
+        ("bridge.max_in_flight_bytes", b.max_in_flight_bytes as u64),
+        ("bridge.max_await_time_ms", b.max_await_time_ms),
+        ("bridge.max_restart_backoff_ms", b.max_restart_backoff_ms),
+        (
+            "bridge.ready_max_delivery_age_ms",
+            b.ready_max_delivery_age_ms,
+        ),
+    ];
+    for (field, value) in positive {
+        if value == 0 {
+            return Err(err(field, "must be greater than 0"));
+        }
+    }
+    Ok(())
+}
+
+fn property_i64(config: &Config, key: &str, default: i64) -> Result<i64, BridgeError> {
+    match config.kafka.properties.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .to_string()
+            .parse()
+            .map_err(|_| err(format!("kafka.properties.\"{key}\""), "must be an integer")),
+    }
+}
+
+fn validate_properties(config: &Config) -> Result<(), BridgeError> {
+    for (key, value) in &config.kafka.properties {
+        let field = format!("kafka.properties.\"{key}\"");
+        let text = value.to_string();
+        let bad = match key.as_str() {
+            "enable.idempotence" if text != "true" => {
+                Some("the bridge needs the idempotent producer; remove this property")
+            }
+            "acks" | "request.required.acks" if !matches!(text.as_str(), "all" | "-1") => {
+                Some("must be all (the bridge commits only what every in-sync replica has)")
+            }
+            "max.in.flight" | "max.in.flight.requests.per.connection"
+                if text.parse::<i64>().map_or(true, |n| !(1..=5).contains(&n)) =>
+            {
+                Some("must be between 1 and 5 (idempotence keeps order only up to 5)")
+            }
+            "partitioner" if text != "murmur2_random" => {
+                Some("must be murmur2_random (the Java clients' key → partition mapping)")
+            }
+            "transactional.id" => Some("transactions are not supported yet; remove it"),
+            "bootstrap.servers" | "metadata.broker.list" => {
+                Some("set kafka.bootstrap_servers instead")
+            }
+            "enable.gapless.guarantee" if text != "true" && text != "false" => {
+                Some("must be true or false")
+            }
+            _ => None,
+        };
+        if let Some(reason) = bad {
+            return Err(err(field, reason));
+        }
+    }
+    let b = &config.bridge;
+    let queue_messages = property_i64(
+        config,
+        "queue.buffering.max.messages",
+        RDKAFKA_QUEUE_MESSAGES,
+    )?;
+    if (b.max_in_flight_events as i64).saturating_mul(2) > queue_messages {
+        return Err(err(
+            "bridge.max_in_flight_events",
+            format!(
+                "with tombstones each event may need 2 records: keep it at most half of \
+                 queue.buffering.max.messages ({queue_messages})"
+            ),
+        ));
+    }
+    let queue_kbytes = property_i64(config, "queue.buffering.max.kbytes", RDKAFKA_QUEUE_KBYTES)?;
+    if b.max_in_flight_bytes as i64 > queue_kbytes.saturating_mul(1024) {
+        return Err(err(
+            "bridge.max_in_flight_bytes",
+            format!("must not exceed queue.buffering.max.kbytes ({queue_kbytes} KiB)"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
+    if !valid_name(&p.name, 200) {
+        return Err(err(
+            format!("{at}.name"),
+            "use 1–200 characters from [A-Za-z0-9._-]",
+        ));
+    }
+    if p.collection.is_some() && p.database.is_none() {
+        return Err(err(
+            format!("{at}.database"),
+            "a collection needs its database",
+        ));
+    }
+    for (key, value) in [("database", &p.database), ("collection", &p.collection)] {
+        if value
+            .as_deref()
+            .is_some_and(|v| v.is_empty() || v.contains('\0'))
+        {
+            return Err(err(
+                format!("{at}.{key}"),
+                "must be a non-empty name; omit it for a wider scope",
+            ));
+        }
+    }
+    if let Some(text) = &p.pipeline {
+        parse_stages(text).map_err(|reason| err(format!("{at}.pipeline"), reason))?;
+    }
+    for (key, topic) in [
+        ("topic", &p.topic),
+        ("dead_letter_topic", &p.dead_letter_topic),
+    ] {
+        if topic.as_deref().is_some_and(|t| !valid_name(t, 249)) {
+            return Err(err(
+                format!("{at}.{key}"),
+                "Kafka topic names use 1–249 of [A-Za-z0-9._-]",
+            ));
+        }
+    }
+    if parse_start_at(&p.start_at).is_none() {
+        return Err(err(
+            format!("{at}.start_at"),
+            "use \"now\" or an RFC 3339 time after 1970, e.g. \"2026-11-29T08:00:00Z\"",
+        ));
+    }
+    match p.on_history_lost {
+        OnHistoryLost::Fail => {}
+        OnHistoryLost::Skip | OnHistoryLost::Snapshot => {
+            return Err(err(
+                format!("{at}.on_history_lost"),
+                "only \"fail\" is available in this version",
+            ));
+        }
+    }
+    if p.on_oversize == OnOversize::DeadLetter {
+        return Err(err(
+            format!("{at}.on_oversize"),
+            "only \"fail\" is available in this version",
+        ));
+    }
+    if p.dead_letter_topic.is_some() && p.on_oversize != OnOversize::DeadLetter {
+        return Err(err(
+            format!("{at}.dead_letter_topic"),
+            "only used with on_oversize = \"dead_letter\"; remove it",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! The bridge's error type and the one place that classifies errors.
+//!
+//! Invariants:
+//! - [`BridgeError::class`] is the only function that decides whether a failure restarts a pipeline
+//!   from its committed resume token ([`ErrorClass::Transient`]) or stops the process
+//!   ([`ErrorClass::Fatal`]). Nothing else inspects error codes.
+//! - MongoDB server errors are classified by error code and error label, never by message text
+//!   (<https://www.mongodb.com/docs/manual/reference/error-codes/>,
+//!   <https://github.com/mongodb/specifications/blob/master/source/change-streams/change-streams.md#resumable-error>).
+//! - Messages never interpolate their source error and never contain a secret: the source is kept
+//!   as `#[source]` and printed by the caller through [`report`], which redacts.
+
+use std::error::Error as StdError;
+
+use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// `ChangeStreamHistoryLost`: the resume point is no longer in the oplog.
+pub const CODE_HISTORY_LOST: i32 = 286;
+/// `ChangeStreamFatalError`: the stream cannot be resumed (e.g. the token's event is gone).
+pub const CODE_CHANGE_STREAM_FATAL: i32 = 280;
+/// Codes of errors where the server refused the command for lack of privileges or credentials.
+const AUTH_CODES: [i32; 3] = [13, 18, 11];
+/// Codes of errors in the user's pipeline or options: retrying cannot help.
+const BAD_REQUEST_CODES: [i32; 10] = [2, 9, 14, 15, 17, 40324, 40415, 40573, 16436, 10065];
+
+/// Whether a failure is worth a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Restart the pipeline from its committed resume token, with capped jittered backoff.
+    Transient,
+    /// Stop: drain and commit the other pipelines, then exit non-zero with the message.
+    Fatal,
+}
+
+/// Every failure a pipeline or the process can meet.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// The configuration is invalid; `field` is the TOML path, `reason` says what to change.
+    #[error("invalid configuration: {field}: {reason}")]
+    Config {
+        /// TOML path of the offending key, e.g. `pipelines[0].full_document`.
+        field: String,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+    /// The change stream could not be opened or read.
+    #[error("change stream failed on pipeline {pipeline:?}")]
+    Source {
+        /// Pipeline name.
+        pipeline: String,
+        /// Driver error.
+        #[source]
+        source: MongoError,
+    },
+    /// The resume token is no longer in the oplog (codes 286 / 280).
+    #[error(
+        "pipeline {pipeline:?} cannot resume: its committed resume token (clusterTime {cluster_time}) \
+         is no longer in the oplog. Nothing was skipped. To start again from now, losing the changes \
+         since then, run `mongo-kafka-bridge offsets reset {pipeline} --to-now --config FILE`, \
+         or delete the pipeline's document in the offsets collection"
+    )]
+    HistoryLost {
+        /// Pipeline name.
+        pipeline: String,
+        /// Committed clusterTime as `<seconds>.<increment>`, or `unknown`.
+        cluster_time: String,
+        /// Driver error carrying the code.
+        #[source]
+        source: MongoError,
+    },
+    /// A change event could not be encoded (malformed BSON from the server).
+    #[error("change event could not be encoded on pipeline {pipeline:?}: {reason}")]
+    Encode {
+        /// Pipeline name.
+        pipeline: String,
+        /// What was wrong with the event.
+        reason: String,
+    },
+    /// Kafka did not acknowledge a record (after librdkafka's own retries).
+    #[error("kafka delivery failed on pipeline {pipeline:?} for topic {topic:?}")]
+    Delivery {
+        /// Pipeline name.
+        pipeline: String,
+        /// Target topic.
+        topic: String,
+        /// librdkafka error.
+        #[source]
+        source: KafkaError,
+    },
+    /// The delivery future was dropped without a result: treated as not delivered.
+    #[error("kafka delivery was cancelled on pipeline {pipeline:?} (producer closed)")]
+    DeliveryCancelled {
+        /// Pipeline name.
+        pipeline: String,
+    },
+    /// The Kafka producer could not be created or configured.
+    #[error("kafka producer could not be created")]
+    Producer(#[source] KafkaError),
+    /// The offsets collection could not be read or written.
+    #[error("offsets collection access failed on pipeline {pipeline:?}")]
+    Checkpoint {
+        /// Pipeline name.
+        pipeline: String,
+        /// Driver error.
+        #[source]
+        source: MongoError,
+    },
+    /// The offsets document holds something this version cannot read.
+    #[error("offsets document of pipeline {pipeline:?} is invalid: {reason}")]
+    OffsetsDocument {
+        /// Pipeline name.
+        pipeline: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Another instance took the pipeline over (its epoch is newer than ours).
+    #[error(
+        "pipeline {pipeline:?} was fenced: another bridge instance took it over (epoch {epoch} is \
+         no longer current). This instance stops the pipeline; nothing after the last commit was \
+         committed by it"
+    )]
+    Fenced {
+        /// Pipeline name.
+        pipeline: String,
+        /// Our (stale) epoch.
+        epoch: i64,
+    },
+}
+
+impl BridgeError {
+    /// Classifies this error: the only place that decides restart versus stop.
+    ///
+    /// Transient: network and resumable MongoDB errors, write-concern and checkpoint timeouts,
+    /// Kafka delivery errors that librdkafka gave up on within `message.timeout.ms`, cancelled
+    /// deliveries and fatal idempotent-producer errors (a new producer is built on restart).
+    /// Fatal: configuration, authentication and authorization, invalid pipeline stages, history
+    /// lost, fencing, records Kafka rejects permanently (size, authorization, unknown topic).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Config { .. }
+            | Self::HistoryLost { .. }
+            | Self::Fenced { .. }
+            | Self::Encode { .. }
+            | Self::OffsetsDocument { .. }
+            | Self::Producer(_) => ErrorClass::Fatal,
+            Self::DeliveryCancelled { .. } => ErrorClass::Transient,
+            Self::Source { source, .. } | Self::Checkpoint { source, .. } => classify_mongo(source),
+            Self::Delivery { source, .. } => classify_kafka(source),
+        }
+    }
+
+    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Config { .. } => "config",
+            Self::Source { .. } => "source",
+            Self::HistoryLost { .. } => "history_lost",
+            Self::Encode { .. } => "encode",
+            Self::Delivery { .. } => "delivery",
+            Self::DeliveryCancelled { .. } => "delivery_cancelled",
+            Self::Producer(_) => "producer",
+            Self::Checkpoint { .. } => "checkpoint",
+            Self::OffsetsDocument { .. } => "offsets_document",
+            Self::Fenced { .. } => "fenced",
+        }
+    }
+}
+
+/// True when the server says the resume point is gone (286, 280, or the
+/// `NonResumableChangeStreamError` label together with one of those codes).
+pub fn is_history_lost(error: &MongoError) -> bool {
+    matches!(
+        server_code(error),
+        Some(CODE_HISTORY_LOST | CODE_CHANGE_STREAM_FATAL)
+    )
+}
+
+fn server_code(error: &MongoError) -> Option<i32> {
+    match error.kind.as_ref() {
+        MongoErrorKind::Command(c) => Some(c.code),
+        MongoErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(w)) => Some(w.code),
+        MongoErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// Classifies a MongoDB driver error by kind, code and label.
+pub fn classify_mongo(error: &MongoError) -> ErrorClass {
+    if error.contains_label("NonResumableChangeStreamError") || is_history_lost(error) {
+        return ErrorClass::Fatal;
+    }
+    if error.contains_label("ResumableChangeStreamError")
+        || error.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
+        || matches!(
+            error.kind.as_ref(),
+            MongoErrorKind::Io(_)
+                | MongoErrorKind::ConnectionPoolCleared { .. }
+                | MongoErrorKind::ServerSelection { .. }
+                | MongoErrorKind::DnsResolve { .. }
+        )
+    {
+        return ErrorClass::Transient;
+    }
+    match error.kind.as_ref() {
+        MongoErrorKind::Authentication { .. }
+        | MongoErrorKind::InvalidArgument { .. }
+        | MongoErrorKind::InvalidTlsConfig { .. } => ErrorClass::Fatal,
+        _ => match server_code(error) {
+            Some(code) if AUTH_CODES.contains(&code) || BAD_REQUEST_CODES.contains(&code) => {
+                ErrorClass::Fatal
+            }
+            _ => ErrorClass::Transient,
+        },
+    }
+}
+
+/// The librdkafka error codes that no retry can fix: the record or the topic is refused.
+/// See librdkafka `INTRODUCTION.md`, "Error handling" and "Idempotent Producer".
+pub fn is_permanent_kafka(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::InvalidMessage
+            | C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::TransactionalIdAuthorizationFailed
+            | C::UnknownTopic
+            | C::InvalidTopic
+            | C::InvalidRecord
+            | C::UnsupportedForMessageFormat
+            | C::SaslAuthenticationFailed
+            | C::Authentication
+            | C::InvalidArgument
+    )
+}
+
+/// Classifies a Kafka delivery error: permanent rejections are fatal, everything else restarts
+/// the pipeline (a fatal idempotent-producer error rebuilds the producer on restart).
+pub fn classify_kafka(error: &KafkaError) -> ErrorClass {
+    match error.rdkafka_error_code() {
+        Some(code) if is_permanent_kafka(code) => ErrorClass::Fatal,
+        _ => ErrorClass::Transient,
+    }
+}
+
+/// Renders an error and its whole `source()` chain on one line, for logs.
+///
+/// The driver's messages carry host names but not credentials; librdkafka's never carry
+/// `sasl.password`. Callers pass the secrets they know in `secrets` and each is replaced by `***`
+/// as a second line of defence.
+pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret, "***");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command_error(code: i32, labels: &[&str]) -> MongoError {
+        let raw = bson::doc! {
+            "ok": 0, "code": code, "codeName": "X", "errmsg": "boom",
+            "errorLabels": labels.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
+        };
+        let cmd: mongodb::error::CommandError =
+            bson::from_document(raw.clone()).expect("a well-formed command error document");
+        let labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+        MongoError::new(MongoErrorKind::Command(cmd), Some(labels))
+    }
+
+    #[test]
+    fn history_lost_codes_are_fatal() {
+        assert_eq!(classify_mongo(&command_error(286, &[])), ErrorClass::Fatal);
+        assert_eq!(classify_mongo(&command_error(280, &[])), ErrorClass::Fatal);
+        assert!(is_history_lost(&command_error(286, &[])));
+        assert!(!is_history_lost(&command_error(43, &[])));
+    }
+
+    #[test]
+    fn labels_decide_over_codes() {
+        let resumable = command_error(12345, &["ResumableChangeStreamError"]);
+        assert_eq!(classify_mongo(&resumable), ErrorClass::Transient);
+        let non_resumable = command_error(43, &["NonResumableChangeStreamError"]);
+        assert_eq!(classify_mongo(&non_resumable), ErrorClass::Fatal);
+    }
+
+    #[test]
+    fn election_and_cursor_errors_are_transient() {
+        for code in [10107, 11602, 43, 91, 189] {
+            assert_eq!(
+                classify_mongo(&command_error(code, &[])),
+                ErrorClass::Transient,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn auth_and_bad_pipeline_are_fatal() {
+        for code in [13, 18, 40324, 15] {
+            assert_eq!(
+                classify_mongo(&command_error(code, &[])),
+                ErrorClass::Fatal,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn kafka_permanent_and_retriable() {
+        let big = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(classify_kafka(&big), ErrorClass::Fatal);
+        let timeout = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert_eq!(classify_kafka(&timeout), ErrorClass::Transient);
+        let seq = KafkaError::MessageProduction(RDKafkaErrorCode::OutOfOrderSequenceNumber);
+        assert_eq!(classify_kafka(&seq), ErrorClass::Transient);
+    }
+
+    #[test]
+    fn report_redacts_known_secrets() {
+        let e = BridgeError::Config {
+            field: "mongodb.uri".into(),
+            reason: "password hunter2 rejected".into(),
+        };
+        let text = report(&e, &["hunter2"]);
+        assert_eq!(
+            text,
+            "invalid configuration: mongodb.uri: password *** rejected"
+        );
+    }
+}

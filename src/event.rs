@@ -1,0 +1,159 @@
+//! Domain types that cross task boundaries: the items a change stream yields, and positions.
+//!
+//! Invariants:
+//! - A [`Position`] is only ever built from the server's own resume token (an event's `_id` or a
+//!   post-batch resume token); tokens are opaque and never parsed or compared
+//!   (<https://www.mongodb.com/docs/manual/changeStreams/#resume-tokens>).
+//! - [`ChangeEventView`] borrows the raw event as the server sent it; nothing is re-serialized.
+
+use std::time::Instant;
+
+use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
+
+/// A resumable position of a change stream: what the offsets document stores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Position {
+    /// The resume token document, as the server sent it.
+    pub token: RawDocumentBuf,
+    /// `clusterTime` of the last event at or before this position, if any event was seen.
+    pub cluster_time: Option<Timestamp>,
+    /// Best-known cluster time of this position (the event's `clusterTime`, or for a post-batch
+    /// token the time the batch was received, as a `Timestamp` with increment 0).
+    pub position_time: Timestamp,
+    /// `wallTime` of the last event, in ms since the Unix epoch, when the server sent it.
+    pub wall_time_ms: Option<i64>,
+    /// Events (not post-batch tokens) covered since the pipeline started in this process.
+    pub event_count: u64,
+}
+
+/// What the source task hands to the relay.
+#[derive(Debug)]
+pub enum SourceItem {
+    /// One change event, raw.
+    Event {
+        /// The event document as the server sent it.
+        raw: RawDocumentBuf,
+        /// When the batch holding it arrived.
+        received_at: Instant,
+    },
+    /// The post-batch resume token of an empty batch: a position past everything read so far.
+    Watermark {
+        /// The token.
+        token: RawDocumentBuf,
+        /// When the empty batch arrived, as a `Timestamp` (wall clock, increment 0).
+        position_time: Timestamp,
+    },
+}
+
+/// The fields of a change event the bridge reads, borrowed from the raw document.
+/// Field reference: <https://www.mongodb.com/docs/manual/reference/change-events/>.
+#[derive(Debug, Default)]
+pub struct ChangeEventView<'a> {
+    /// `_id`: the event's resume token.
+    pub token: Option<&'a RawDocument>,
+    /// `operationType`, e.g. `insert`.
+    pub operation_type: &'a str,
+    /// `ns.db`.
+    pub db: Option<&'a str>,
+    /// `ns.coll`.
+    pub coll: Option<&'a str>,
+    /// `documentKey`.
+    pub document_key: Option<&'a RawDocument>,
+    /// `fullDocument`: `Some(Some(doc))`, `Some(None)` when present but null, `None` when absent.
+    pub full_document: Option<Option<&'a RawDocument>>,
+    /// `clusterTime`.
+    pub cluster_time: Option<Timestamp>,
+    /// `wallTime` in ms since the Unix epoch.
+    pub wall_time_ms: Option<i64>,
+    /// `txnNumber`, for events in a transaction.
+    pub txn_number: Option<i64>,
+    /// `lsid`, for events in a transaction.
+    pub lsid: Option<&'a RawDocument>,
+}
+
+impl<'a> ChangeEventView<'a> {
+    /// Reads the fields of `raw`; unknown and malformed fields are left unset, except that a
+    /// document that cannot be iterated is an error (malformed BSON).
+    pub fn parse(raw: &'a RawDocument) -> Result<Self, bson::raw::Error> {
+        let mut view = Self::default();
+        for element in raw {
+            let (key, value) = element?;
+            match (key, value) {
+                ("_id", RawBsonRef::Document(d)) => view.token = Some(d),
+                ("operationType", RawBsonRef::String(s)) => view.operation_type = s,
+                ("ns", RawBsonRef::Document(ns)) => {
+                    view.db = ns.get_str("db").ok();
+                    view.coll = ns.get_str("coll").ok();
+                }
+                ("documentKey", RawBsonRef::Document(d)) => view.document_key = Some(d),
+                ("fullDocument", RawBsonRef::Document(d)) => view.full_document = Some(Some(d)),
+                ("fullDocument", _) => view.full_document = Some(None),
+                ("clusterTime", RawBsonRef::Timestamp(t)) => view.cluster_time = Some(t),
+                ("wallTime", RawBsonRef::DateTime(t)) => {
+                    view.wall_time_ms = Some(t.timestamp_millis())
+                }
+                ("txnNumber", RawBsonRef::Int64(n)) => view.txn_number = Some(n),
+                ("txnNumber", RawBsonRef::Int32(n)) => view.txn_number = Some(i64::from(n)),
+                ("lsid", RawBsonRef::Document(d)) => view.lsid = Some(d),
+                _ => {}
+            }
+        }
+        Ok(view)
+    }
+}
+
+/// Formats a `Timestamp` as `<seconds>.<increment>`, the `mongo.cluster_time` header's form.
+pub fn format_timestamp(ts: Timestamp) -> String {
+    format!("{}.{}", ts.time, ts.increment)
+}
+
+/// The `Timestamp` for a wall-clock instant (increment 0), used where no cluster time is known.
+pub fn timestamp_now() -> Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Timestamp {
+        time: u32::try_from(secs).unwrap_or(u32::MAX),
+        increment: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn parse_reads_fields_of_an_update_event() {
+        let raw = rawdoc! {
+            "_id": { "_data": "82AB" },
+            "operationType": "update",
+            "clusterTime": Timestamp { time: 1700000000, increment: 7 },
+            "wallTime": bson::DateTime::from_millis(1700000000123),
+            "ns": { "db": "shop", "coll": "orders" },
+            "documentKey": { "_id": 1 },
+            "fullDocument": bson::RawBson::Null,
+            "txnNumber": 5_i64,
+            "lsid": { "id": 1 },
+        };
+        let view = ChangeEventView::parse(&raw).expect("well-formed");
+        assert_eq!(view.operation_type, "update");
+        assert_eq!(view.db, Some("shop"));
+        assert_eq!(view.coll, Some("orders"));
+        assert_eq!(view.full_document, Some(None));
+        assert_eq!(
+            view.cluster_time,
+            Some(Timestamp {
+                time: 1700000000,
+                increment: 7
+            })
+        );
+        assert_eq!(view.wall_time_ms, Some(1700000000123));
+        assert_eq!(view.txn_number, Some(5));
+        assert!(view.lsid.is_some());
+        assert_eq!(
+            format_timestamp(view.cluster_time.expect("set")),
+            "1700000000.7"
+        );
+    }
+}

@@ -1,0 +1,946 @@
+//! Raw BSON → compact [MongoDB Extended JSON v2] transcoder.
+//!
+//! This is the hot path that turns every change event into the bytes published to Kafka, so
+//! it walks the BSON bytes of a [`bson::RawDocument`] directly and appends JSON to a caller
+//! supplied `Vec<u8>`: no intermediate `bson::Document`, no `serde_json::Value`, no per-field
+//! `String`.
+//!
+//! Two output formats are supported ([`JsonMode`]), both as the Extended JSON v2
+//! specification's conversion table defines them:
+//!
+//! * [`JsonMode::Canonical`]: every BSON type keeps its type wrapper (`{"$numberInt":"1"}`,
+//!   `{"$date":{"$numberLong":"…"}}`, …), so the output parses back to identical BSON.
+//! * [`JsonMode::Relaxed`]: Int32/Int64 become plain JSON integers, finite doubles plain JSON
+//!   numbers, and datetimes in years 1970..=9999 an ISO-8601 string; everything else is as in
+//!   canonical mode.
+//!
+//! # Invariants
+//!
+//! * The output is always valid UTF-8 and valid JSON (RFC 8259), compact (no whitespace).
+//! * Keys are emitted in the server's field order; array index keys stored in the BSON are
+//!   ignored (degenerate array keys do not change the output).
+//! * Integers, decimals and dates never go through `f64`: Int64 values print digit-exact and
+//!   Decimal128 values print with the Decimal128 specification's to-string algorithm.
+//! * Finite doubles print with the shortest representation that round-trips and always read
+//!   as a non-integer: `1.0`, `-0.0`, `0.0001`, `1.2345678921232E+18` (plain notation for
+//!   decimal exponents in `-4..16`, otherwise `d.dddE±x`).
+//! * Invalid UTF-8 inside BSON strings, keys, code, symbols, regexes and DBPointer namespaces
+//!   is **replaced** by U+FFFD (one per maximal invalid sequence, like
+//!   [`String::from_utf8_lossy`]). The server does not validate UTF-8, so legacy data can
+//!   contain it; replacing keeps one bad string from blocking a whole change stream.
+//! * Structurally malformed BSON (bad lengths, truncated values, unknown element types,
+//!   booleans other than 0/1, missing terminators) is an error, never a panic.
+//! * Nesting (documents, arrays, code-with-scope scopes) deeper than [`MAX_DEPTH`] is an
+//!   error, which bounds recursion and stack use.
+//! * On error, `out` is truncated back to the length it had on entry.
+//!
+//! [MongoDB Extended JSON v2]: https://github.com/mongodb/specifications/blob/master/source/extended-json/extended-json.md
+
+use bson::{RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
+
+#[cfg(test)]
+mod tests;
+
+/// Deepest nesting of documents, arrays and code-with-scope scopes that the transcoder
+/// accepts; the outermost document is level 1.
+///
+/// The Extended JSON spec asks generators to support at least 100 levels (MongoDB's own
+/// limit); 200 leaves headroom for the change-event envelope.
+pub const MAX_DEPTH: usize = 200;
+
+/// Which Extended JSON v2 format to produce (spec section "Conversion table").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonMode {
+    /// Relaxed Extended JSON: plain JSON numbers for Int32, Int64 and finite doubles,
+    /// ISO-8601 strings for datetimes in years 1970 through 9999.
+    Relaxed,
+    /// Canonical Extended JSON: every numeric and date value keeps its type wrapper.
+    Canonical,
+}
+
+/// Why a BSON value could not be transcoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtJsonError {
+    /// The bytes do not follow the BSON specification (a length or terminator is wrong, a
+    /// value is truncated, an element type is unknown, a boolean is neither 0 nor 1, …).
+    ///
+    /// `offset` is the byte position, counted from the start of the outermost document (or
+    /// array, or scope) handed to this module, where the problem was detected.
+    #[error("malformed BSON at byte {offset}: {reason}")]
+    Malformed {
+        /// Byte position of the problem.
+        offset: usize,
+        /// What is wrong there.
+        reason: &'static str,
+    },
+    /// Documents, arrays or scopes are nested deeper than [`MAX_DEPTH`] levels.
+    #[error("BSON nesting deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
+type Res<T = ()> = Result<T, ExtJsonError>;
+
+/// Appends `doc` as one compact Extended JSON object (`{"k":v,…}`, keys in BSON order) to
+/// `out`, in the given `mode`.
+///
+/// # Errors
+///
+/// [`ExtJsonError::Malformed`] if the document or any nested value is malformed BSON;
+/// [`ExtJsonError::TooDeep`] if nesting exceeds [`MAX_DEPTH`]. On error `out` is left as it
+/// was on entry.
+pub fn write_document(out: &mut Vec<u8>, doc: &RawDocument, mode: JsonMode) -> Res {
+    let bytes = doc.as_bytes();
+    guarded(out, mode, bytes.len(), |enc| {
+        enc.document(bytes, 0, 1, false)
+    })
+}
+
+/// Appends `arr` as one compact JSON array (`[v,…]`, values in stored order; the stored index
+/// keys are ignored) to `out`, in the given `mode`.
+///
+/// # Errors
+///
+/// As [`write_document`].
+pub fn write_array(out: &mut Vec<u8>, arr: &RawArray, mode: JsonMode) -> Res {
+    let bytes = arr.as_bytes();
+    guarded(out, mode, bytes.len(), |enc| {
+        enc.document(bytes, 0, 1, true)
+    })
+}
+
+/// Appends one BSON value as Extended JSON to `out`: a JSON string, number, `true`/`false`,
+/// `null`, object, array, or a type-wrapper object such as `{"$oid":"…"}`, per the Extended
+/// JSON v2 conversion table for `mode`.
+///
+/// A DBPointer value takes a slower path (it is re-encoded once, since `bson` 2.x exposes no
+/// accessors for its parts); every other type is written directly.
+///
+/// # Errors
+///
+/// As [`write_document`], for documents, arrays and code-with-scope scopes inside `value`
+/// (nesting is counted from 1 for a document or array `value`).
+pub fn write_value(out: &mut Vec<u8>, value: RawBsonRef<'_>, mode: JsonMode) -> Res {
+    guarded(out, mode, 16, |enc| enc.value_ref(value))
+}
+
+/// Transcodes `doc` to a `String` of compact Extended JSON (see [`write_document`]).
+///
+/// # Errors
+///
+/// As [`write_document`].
+pub fn to_string(doc: &RawDocument, mode: JsonMode) -> Result<String, ExtJsonError> {
+    let mut out = Vec::new();
+    write_document(&mut out, doc, mode)?;
+    Ok(String::from_utf8(out).expect("invariant: the encoder only emits valid UTF-8"))
+}
+
+/// Runs `f` on an encoder over `out`; on error truncates `out` to its length on entry.
+fn guarded(
+    out: &mut Vec<u8>,
+    mode: JsonMode,
+    input_len: usize,
+    f: impl FnOnce(&mut Encoder<'_>) -> Res,
+) -> Res {
+    let start = out.len();
+    // JSON is usually somewhat longer than the BSON it comes from (quotes, wrappers, digits);
+    // one reservation up front avoids most regrowth on the hot path.
+    out.reserve(input_len + input_len / 2 + 16);
+    let mut enc = Encoder { out, mode };
+    let result = f(&mut enc);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+/// Error helper.
+fn malformed(offset: usize, reason: &'static str) -> ExtJsonError {
+    ExtJsonError::Malformed { offset, reason }
+}
+
+/// Reads a little-endian `i32` at the start of `b`, if it has 4 bytes.
+fn le_i32(b: &[u8]) -> Option<i32> {
+    Some(i32::from_le_bytes(b.get(..4)?.try_into().ok()?))
+}
+
+/// The first `N` bytes of `b`, or a "truncated" error at `offset`.
+fn fixed<const N: usize>(b: &[u8], offset: usize) -> Res<[u8; N]> {
+    b.get(..N)
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| malformed(offset, "value truncated"))
+}
+
+/// A BSON `string` (int32 length incl. NUL, bytes, NUL) at the start of `b`: returns its
+/// bytes without the NUL.
+fn lstring(b: &[u8], offset: usize) -> Res<&[u8]> {
+    let len = le_i32(b).ok_or_else(|| malformed(offset, "string length truncated"))?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l >= 1)
+        .ok_or_else(|| malformed(offset, "string length below 1"))?;
+    let total = len
+        .checked_add(4)
+        .filter(|&t| t <= b.len())
+        .ok_or_else(|| malformed(offset, "string longer than its container"))?;
+    if b[total - 1] != 0 {
+        return Err(malformed(offset + total - 1, "string not NUL-terminated"));
+    }
+    Ok(&b[4..total - 1])
+}
+
+/// A nested document at the start of `b`: returns exactly its bytes (length prefix through
+/// terminator).
+fn subdocument(b: &[u8], offset: usize) -> Res<&[u8]> {
+    let len = le_i32(b).ok_or_else(|| malformed(offset, "document length truncated"))?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l >= 5)
+        .ok_or_else(|| malformed(offset, "document length below 5"))?;
+    let doc = b
+        .get(..len)
+        .ok_or_else(|| malformed(offset, "document longer than its container"))?;
+    if doc[len - 1] != 0 {
+        return Err(malformed(offset + len - 1, "document not NUL-terminated"));
+    }
+    Ok(doc)
+}
+
+/// A NUL-terminated C string starting at `doc[start]` that must end before `doc[end]`.
+fn cstring(doc: &[u8], start: usize, end: usize, base: usize) -> Res<&[u8]> {
+    let region = doc
+        .get(start..end)
+        .ok_or_else(|| malformed(base + start, "value truncated"))?;
+    let nul = region
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or_else(|| malformed(base + start, "C string not NUL-terminated"))?;
+    Ok(&region[..nul])
+}
+
+/// Appends JSON to `out`. All writes are infallible; only BSON parsing fails.
+struct Encoder<'o> {
+    out: &'o mut Vec<u8>,
+    mode: JsonMode,
+}
+
+impl Encoder<'_> {
+    #[inline]
+    fn raw(&mut self, s: &[u8]) {
+        self.out.extend_from_slice(s);
+    }
+
+    /// Writes the document or array whose complete bytes are `doc` (length prefix through
+    /// terminator). `base` is the offset of `doc[0]` for error messages; `depth` is this
+    /// document's nesting level.
+    fn document(&mut self, doc: &[u8], base: usize, depth: usize, array: bool) -> Res {
+        if depth > MAX_DEPTH {
+            return Err(ExtJsonError::TooDeep);
+        }
+        // Re-checked here (cheap) so that the walk never indexes out of bounds, even though
+        // `RawDocument` and `subdocument` already guarantee it.
+        if doc.len() < 5
+            || le_i32(doc).and_then(|l| usize::try_from(l).ok()) != Some(doc.len())
+            || doc[doc.len() - 1] != 0
+        {
+            return Err(malformed(base, "bad document length or terminator"));
+        }
+        let end = doc.len() - 1;
+        self.out.push(if array { b'[' } else { b'{' });
+        let mut pos = 4;
+        let mut first = true;
+        while pos < end {
+            let tag = doc[pos];
+            if tag == 0 {
+                return Err(malformed(
+                    base + pos,
+                    "end-of-document marker before the end",
+                ));
+            }
+            let key = cstring(doc, pos + 1, end, base)?;
+            pos += 1 + key.len() + 1;
+            if !first {
+                self.out.push(b',');
+            }
+            first = false;
+            if !array {
+                write_json_string(self.out, key);
+                self.out.push(b':');
+            }
+            pos = self.element(tag, doc, pos, end, base, depth)?;
+        }
+        self.out.push(if array { b']' } else { b'}' });
+        Ok(())
+    }
+
+    /// Writes the value of type `tag` starting at `doc[pos]`, which must end at or before
+    /// `doc[end]`; returns the position just past it.
+    fn element(
+        &mut self,
+        tag: u8,
+        doc: &[u8],
+        pos: usize,
+        end: usize,
+        base: usize,
+        depth: usize,
+    ) -> Res<usize> {
+        let at = base + pos;
+        let avail = doc
+            .get(pos..end)
+            .ok_or_else(|| malformed(at, "value truncated"))?;
+        let len = match tag {
+            0x01 => {
+                self.double(f64::from_le_bytes(fixed(avail, at)?));
+                8
+            }
+            0x02 | 0x0D | 0x0E => {
+                let s = lstring(avail, at)?;
+                match tag {
+                    0x02 => write_json_string(self.out, s),
+                    0x0D => self.wrapped_string(b"{\"$code\":", s),
+                    _ => self.wrapped_string(b"{\"$symbol\":", s),
+                }
+                4 + s.len() + 1
+            }
+            0x03 | 0x04 => {
+                let sub = subdocument(avail, at)?;
+                self.document(sub, at, depth + 1, tag == 0x04)?;
+                sub.len()
+            }
+            0x05 => {
+                let n = le_i32(avail).ok_or_else(|| malformed(at, "value truncated"))?;
+                let n = usize::try_from(n).map_err(|_| malformed(at, "negative binary length"))?;
+                let total = n
+                    .checked_add(5)
+                    .filter(|&t| t <= avail.len())
+                    .ok_or_else(|| malformed(at, "binary longer than its container"))?;
+                let subtype = avail[4];
+                let mut data = &avail[5..total];
+                if subtype == 0x02 {
+                    // Old binary subtype: the payload repeats its own length first.
+                    let inner = le_i32(data).and_then(|l| usize::try_from(l).ok());
+                    if inner != Some(n.wrapping_sub(4)) {
+                        return Err(malformed(at, "subtype 2 inner length mismatch"));
+                    }
+                    data = &data[4..];
+                }
+                self.binary(subtype, data);
+                total
+            }
+            0x06 => {
+                self.raw(b"{\"$undefined\":true}");
+                0
+            }
+            0x07 => {
+                self.object_id(&fixed(avail, at)?);
+                12
+            }
+            0x08 => {
+                match avail.first() {
+                    Some(0) => self.raw(b"false"),
+                    Some(1) => self.raw(b"true"),
+                    Some(_) => return Err(malformed(at, "boolean neither 0 nor 1")),
+                    None => return Err(malformed(at, "value truncated")),
+                }
+                1
+            }
+            0x09 => {
+                self.datetime(i64::from_le_bytes(fixed(avail, at)?));
+                8
+            }
+            0x0A => {
+                self.raw(b"null");
+                0
+            }
+            0x0B => {
+                let pattern = cstring(doc, pos, end, base)?;
+                let options = cstring(doc, pos + pattern.len() + 1, end, base)?;
+                self.regex(pattern, options);
+                pattern.len() + options.len() + 2
+            }
+            0x0C => {
+                let ns = lstring(avail, at)?;
+                let oid_at = 4 + ns.len() + 1;
+                let oid: [u8; 12] = fixed(&avail[oid_at..], at + oid_at)?;
+                self.db_pointer(ns, &oid);
+                oid_at + 12
+            }
+            0x0F => {
+                let total = le_i32(avail)
+                    .and_then(|l| usize::try_from(l).ok())
+                    .filter(|&t| t >= 14)
+                    .ok_or_else(|| malformed(at, "code-with-scope length below 14"))?;
+                let whole = avail
+                    .get(..total)
+                    .ok_or_else(|| malformed(at, "code-with-scope longer than its container"))?;
+                let code = lstring(&whole[4..], at + 4)?;
+                let scope_at = 4 + 4 + code.len() + 1;
+                let scope = subdocument(&whole[scope_at..], at + scope_at)?;
+                if scope_at + scope.len() != total {
+                    return Err(malformed(at, "code-with-scope length mismatch"));
+                }
+                self.code_with_scope(code, scope, at + scope_at, depth + 1)?;
+                total
+            }
+            0x10 => {
+                self.int32(i32::from_le_bytes(fixed(avail, at)?));
+                4
+            }
+            0x11 => {
+                let b: [u8; 8] = fixed(avail, at)?;
+                let increment = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let time = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                self.timestamp(time, increment);
+                8
+            }
+            0x12 => {
+                self.int64(i64::from_le_bytes(fixed(avail, at)?));
+                8
+            }
+            0x13 => {
+                self.decimal128(&fixed(avail, at)?);
+                16
+            }
+            0x7F => {
+                self.raw(b"{\"$maxKey\":1}");
+                0
+            }
+            0xFF => {
+                self.raw(b"{\"$minKey\":1}");
+                0
+            }
+            _ => return Err(malformed(at, "unknown element type")),
+        };
+        // Every arm checked that its `len` bytes lie within `avail`.
+        Ok(pos + len)
+    }
+
+    /// Writes an already-decoded value (the `write_value` entry point).
+    fn value_ref(&mut self, value: RawBsonRef<'_>) -> Res {
+        match value {
+            RawBsonRef::Double(v) => self.double(v),
+            RawBsonRef::String(s) => write_json_string(self.out, s.as_bytes()),
+            RawBsonRef::Array(a) => self.document(a.as_bytes(), 0, 1, true)?,
+            RawBsonRef::Document(d) => self.document(d.as_bytes(), 0, 1, false)?,
+            RawBsonRef::Boolean(b) => self.raw(if b { b"true" } else { b"false" }),
+            RawBsonRef::Null => self.raw(b"null"),
+            RawBsonRef::RegularExpression(re) => {
+                self.regex(re.pattern.as_bytes(), re.options.as_bytes());
+            }
+            RawBsonRef::JavaScriptCode(code) => {
+                self.wrapped_string(b"{\"$code\":", code.as_bytes());
+            }
+            RawBsonRef::JavaScriptCodeWithScope(cws) => {
+                self.code_with_scope(cws.code.as_bytes(), cws.scope.as_bytes(), 0, 1)?;
+            }
+            RawBsonRef::Int32(v) => self.int32(v),
+            RawBsonRef::Int64(v) => self.int64(v),
+            RawBsonRef::Timestamp(ts) => self.timestamp(ts.time, ts.increment),
+            RawBsonRef::Binary(bin) => self.binary(u8::from(bin.subtype), bin.bytes),
+            RawBsonRef::ObjectId(oid) => self.object_id(&oid.bytes()),
+            RawBsonRef::DateTime(dt) => self.datetime(dt.timestamp_millis()),
+            RawBsonRef::Symbol(s) => self.wrapped_string(b"{\"$symbol\":", s.as_bytes()),
+            RawBsonRef::Decimal128(d) => self.decimal128(&d.bytes()),
+            RawBsonRef::Undefined => self.raw(b"{\"$undefined\":true}"),
+            RawBsonRef::MaxKey => self.raw(b"{\"$maxKey\":1}"),
+            RawBsonRef::MinKey => self.raw(b"{\"$minKey\":1}"),
+            RawBsonRef::DbPointer(_) => {
+                // bson 2.x keeps the namespace and id private: encode the value as the only
+                // element of a scratch document (key "") and walk that.
+                let mut scratch = RawDocumentBuf::new();
+                scratch.append_ref("", value);
+                let bytes = scratch.as_bytes();
+                // Layout: [len:4][tag:1][key "":1][value…][0]
+                self.element(bytes[4], bytes, 6, bytes.len() - 1, 0, 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wrapped_string(&mut self, prefix: &[u8], s: &[u8]) {
+        self.raw(prefix);
+        write_json_string(self.out, s);
+        self.out.push(b'}');
+    }
+
+    fn int32(&mut self, v: i32) {
+        match self.mode {
+            JsonMode::Relaxed => write_i64(self.out, i64::from(v)),
+            JsonMode::Canonical => {
+                self.raw(b"{\"$numberInt\":\"");
+                write_i64(self.out, i64::from(v));
+                self.raw(b"\"}");
+            }
+        }
+    }
+
+    fn int64(&mut self, v: i64) {
+        match self.mode {
+            JsonMode::Relaxed => write_i64(self.out, v),
+            JsonMode::Canonical => {
+                self.raw(b"{\"$numberLong\":\"");
+                write_i64(self.out, v);
+                self.raw(b"\"}");
+            }
+        }
+    }
+
+    fn double(&mut self, v: f64) {
+        if self.mode == JsonMode::Relaxed && v.is_finite() {
+            write_f64_finite(self.out, v);
+            return;
+        }
+        self.raw(b"{\"$numberDouble\":\"");
+        if v.is_nan() {
+            self.raw(b"NaN");
+        } else if v == f64::INFINITY {
+            self.raw(b"Infinity");
+        } else if v == f64::NEG_INFINITY {
+            self.raw(b"-Infinity");
+        } else {
+            write_f64_finite(self.out, v);
+        }
+        self.raw(b"\"}");
+    }
+
+    fn datetime(&mut self, millis: i64) {
+        // 9999-12-31T23:59:59.999Z, the last instant of a four-digit year.
+        const MAX_ISO_MILLIS: i64 = 253_402_300_799_999;
+        if self.mode == JsonMode::Relaxed && (0..=MAX_ISO_MILLIS).contains(&millis) {
+            self.raw(b"{\"$date\":\"");
+            write_iso8601(self.out, millis);
+            self.raw(b"\"}");
+        } else {
+            self.raw(b"{\"$date\":{\"$numberLong\":\"");
+            write_i64(self.out, millis);
+            self.raw(b"\"}}");
+        }
+    }
+
+    fn binary(&mut self, subtype: u8, data: &[u8]) {
+        self.raw(b"{\"$binary\":{\"base64\":\"");
+        write_base64(self.out, data);
+        self.raw(b"\",\"subType\":\"");
+        self.raw(&hex_byte(subtype));
+        self.raw(b"\"}}");
+    }
+
+    fn object_id(&mut self, oid: &[u8; 12]) {
+        self.raw(b"{\"$oid\":\"");
+        for &b in oid {
+            self.raw(&hex_byte(b));
+        }
+        self.raw(b"\"}");
+    }
+
+    fn regex(&mut self, pattern: &[u8], options: &[u8]) {
+        self.raw(b"{\"$regularExpression\":{\"pattern\":");
+        write_json_string(self.out, pattern);
+        self.raw(b",\"options\":");
+        // The spec requires the options in alphabetical order (conversion table, note 2).
+        let mut small = [0u8; 16];
+        if options.is_ascii() && options.len() <= small.len() {
+            let sorted = &mut small[..options.len()];
+            sorted.copy_from_slice(options);
+            sorted.sort_unstable();
+            write_json_string(self.out, sorted);
+        } else {
+            // Unusual (long or non-ASCII options): sort by character, not by byte.
+            let mut chars: Vec<char> = String::from_utf8_lossy(options).chars().collect();
+            chars.sort_unstable();
+            let sorted: String = chars.into_iter().collect();
+            write_json_string(self.out, sorted.as_bytes());
+        }
+        self.raw(b"}}");
+    }
+
+    fn db_pointer(&mut self, namespace: &[u8], oid: &[u8; 12]) {
+        self.raw(b"{\"$dbPointer\":{\"$ref\":");
+        write_json_string(self.out, namespace);
+        self.raw(b",\"$id\":");
+        self.object_id(oid);
+        self.raw(b"}}");
+    }
+
+    fn code_with_scope(&mut self, code: &[u8], scope: &[u8], base: usize, depth: usize) -> Res {
+        self.raw(b"{\"$code\":");
+        write_json_string(self.out, code);
+        self.raw(b",\"$scope\":");
+        self.document(scope, base, depth, false)?;
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    fn timestamp(&mut self, time: u32, increment: u32) {
+        self.raw(b"{\"$timestamp\":{\"t\":");
+        write_i64(self.out, i64::from(time));
+        self.raw(b",\"i\":");
+        write_i64(self.out, i64::from(increment));
+        self.raw(b"}}");
+    }
+
+    fn decimal128(&mut self, bytes: &[u8; 16]) {
+        self.raw(b"{\"$numberDecimal\":\"");
+        write_decimal128(self.out, bytes);
+        self.raw(b"\"}");
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn hex_byte(b: u8) -> [u8; 2] {
+    [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0F)]]
+}
+
+/// For each byte: 0 if it may appear verbatim inside a JSON string, else the character that
+/// follows the backslash in its escape (`u` for the `\u00XX` form).
+static ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = b'u';
+        i += 1;
+    }
+    t[0x08] = b'b';
+    t[0x09] = b't';
+    t[0x0A] = b'n';
+    t[0x0C] = b'f';
+    t[0x0D] = b'r';
+    t[b'"' as usize] = b'"';
+    t[b'\\' as usize] = b'\\';
+    t
+};
+
+/// Writes `bytes` as a quoted JSON string. Valid UTF-8 is copied verbatim except for `"`,
+/// `\` and control characters (escaped); invalid sequences become U+FFFD.
+fn write_json_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    if std::str::from_utf8(bytes).is_ok() {
+        escape_utf8(out, bytes);
+    } else {
+        for chunk in bytes.utf8_chunks() {
+            escape_utf8(out, chunk.valid().as_bytes());
+            if !chunk.invalid().is_empty() {
+                out.extend_from_slice("\u{FFFD}".as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
+}
+
+/// Escapes already-valid UTF-8 (escapes are all ASCII, so multi-byte sequences pass intact).
+fn escape_utf8(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc = ESCAPE[usize::from(b)];
+        if esc == 0 {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        if esc == b'u' {
+            let h = hex_byte(b);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', h[0], h[1]]);
+        } else {
+            out.extend_from_slice(&[b'\\', esc]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// Two ASCII digits for each of 0..100.
+static DIGITS2: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Writes the decimal digits of `v` into the tail of `buf`; returns the start index.
+fn format_u64(mut v: u64, buf: &mut [u8; 20]) -> usize {
+    let mut i = buf.len();
+    while v >= 100 {
+        let d = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGITS2[d..d + 2]);
+    }
+    if v >= 10 {
+        let d = v as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGITS2[d..d + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + v as u8;
+    }
+    i
+}
+
+fn write_i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    let mut buf = [0u8; 20];
+    let start = format_u64(v.unsigned_abs(), &mut buf);
+    out.extend_from_slice(&buf[start..]);
+}
+
+/// Writes `n` (< 10^width) zero-padded to `width` digits.
+fn write_padded(out: &mut Vec<u8>, n: u64, width: usize) {
+    let mut buf = [0u8; 20];
+    let start = format_u64(n, &mut buf);
+    for _ in (buf.len() - start)..width {
+        out.push(b'0');
+    }
+    out.extend_from_slice(&buf[start..]);
+}
+
+/// A fixed-capacity `fmt::Write` sink, so float formatting does not allocate.
+struct StackBuf {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl std::fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Writes a finite double: the shortest digits that round-trip (from `{:e}`), laid out in
+/// plain notation when the decimal exponent is in `-4..16` and as `d.dddE±x` otherwise,
+/// always with a fraction or exponent so that it reads back as a double.
+fn write_f64_finite(out: &mut Vec<u8>, v: f64) {
+    use std::fmt::Write as _;
+    let mut s = StackBuf {
+        buf: [0; 48],
+        len: 0,
+    };
+    write!(s, "{v:e}").expect("invariant: `{:e}` of an f64 is at most 25 bytes");
+    let text = &s.buf[..s.len];
+    // `text` is `[-]d[.ddd]e[-]x`.
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let e_pos = text
+        .iter()
+        .position(|&c| c == b'e')
+        .expect("invariant: `{:e}` output contains 'e'");
+    let (mantissa, exp_text) = (&text[..e_pos], &text[e_pos + 1..]);
+    let mut exp: i32 = 0;
+    let (exp_negative, exp_digits) = match exp_text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, exp_text),
+    };
+    for &c in exp_digits {
+        exp = exp * 10 + i32::from(c - b'0');
+    }
+    if exp_negative {
+        exp = -exp;
+    }
+    let mut digits = [0u8; 24];
+    let mut n = 0;
+    for &c in mantissa {
+        if c != b'.' {
+            digits[n] = c;
+            n += 1;
+        }
+    }
+    let digits = &digits[..n];
+
+    if negative {
+        out.push(b'-');
+    }
+    if (-4..16).contains(&exp) {
+        if exp >= 0 {
+            let int_len = exp as usize + 1;
+            if digits.len() <= int_len {
+                out.extend_from_slice(digits);
+                for _ in digits.len()..int_len {
+                    out.push(b'0');
+                }
+                out.extend_from_slice(b".0");
+            } else {
+                out.extend_from_slice(&digits[..int_len]);
+                out.push(b'.');
+                out.extend_from_slice(&digits[int_len..]);
+            }
+        } else {
+            out.extend_from_slice(b"0.");
+            for _ in 1..(-exp) {
+                out.push(b'0');
+            }
+            out.extend_from_slice(digits);
+        }
+    } else {
+        out.push(digits[0]);
+        out.push(b'.');
+        if digits.len() > 1 {
+            out.extend_from_slice(&digits[1..]);
+        } else {
+            out.push(b'0');
+        }
+        out.extend_from_slice(if exp < 0 { b"E-" } else { b"E+" });
+        write_i64(out, i64::from(exp.unsigned_abs()));
+    }
+}
+
+/// Writes `millis` (0 ..= end of year 9999) as RFC 3339 UTC: `YYYY-MM-DDTHH:MM:SS[.mmm]Z`;
+/// the fraction has exactly 3 digits and is omitted when zero (spec conversion table, note 5).
+fn write_iso8601(out: &mut Vec<u8>, millis: i64) {
+    let days = millis.div_euclid(86_400_000);
+    let ms_of_day = millis.rem_euclid(86_400_000) as u64;
+    // Civil-from-days (H. Hinnant), for days >= 0 since 1970-01-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+
+    write_padded(out, year as u64, 4);
+    out.push(b'-');
+    write_padded(out, month as u64, 2);
+    out.push(b'-');
+    write_padded(out, day as u64, 2);
+    out.push(b'T');
+    write_padded(out, ms_of_day / 3_600_000, 2);
+    out.push(b':');
+    write_padded(out, ms_of_day / 60_000 % 60, 2);
+    out.push(b':');
+    write_padded(out, ms_of_day / 1_000 % 60, 2);
+    let ms = ms_of_day % 1_000;
+    if ms != 0 {
+        out.push(b'.');
+        write_padded(out, ms, 3);
+    }
+    out.push(b'Z');
+}
+
+/// Standard base64 with `=` padding, as the spec's `$binary.base64` requires.
+fn write_base64(out: &mut Vec<u8>, data: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sym = |n: u32| ALPHABET[(n & 63) as usize];
+    out.reserve(data.len().div_ceil(3) * 4);
+    let mut chunks = data.chunks_exact(3);
+    for c in &mut chunks {
+        let n = u32::from(c[0]) << 16 | u32::from(c[1]) << 8 | u32::from(c[2]);
+        out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), sym(n)]);
+    }
+    match *chunks.remainder() {
+        [a] => {
+            let n = u32::from(a) << 16;
+            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), b'=', b'=']);
+        }
+        [a, b] => {
+            let n = u32::from(a) << 16 | u32::from(b) << 8;
+            out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), b'=']);
+        }
+        _ => {}
+    }
+}
+
+/// Writes an IEEE 754-2008 decimal128 (BID encoding, BSON little-endian byte order) with the
+/// algorithm of the BSON Decimal128 specification ("To-String representation"):
+/// `NaN` (any sign or payload), `[-]Infinity`, otherwise `[-]coefficient` in plain notation
+/// when the exponent is <= 0 and the adjusted exponent >= -6, else scientific `d[.ddd]E±x`.
+/// Non-canonical coefficients (greater than 10^34 - 1) count as zero.
+fn write_decimal128(out: &mut Vec<u8>, bytes: &[u8; 16]) {
+    const MAX_COEFFICIENT: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
+    const EXPONENT_BIAS: i32 = 6176;
+    let bits = u128::from_le_bytes(*bytes);
+    let negative = bits >> 127 == 1;
+    let combination = (bits >> 122) & 0x1F;
+    if combination == 0x1F {
+        out.extend_from_slice(b"NaN");
+        return;
+    }
+    if negative {
+        out.push(b'-');
+    }
+    if combination == 0x1E {
+        out.extend_from_slice(b"Infinity");
+        return;
+    }
+    let (biased_exponent, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
+        // Coefficient would be 0b100 << 111 | rest, which always exceeds the maximum:
+        // non-canonical, hence zero.
+        (((bits >> 111) & 0x3FFF) as i32, 0)
+    } else {
+        let c = bits & ((1u128 << 113) - 1);
+        (
+            ((bits >> 113) & 0x3FFF) as i32,
+            if c > MAX_COEFFICIENT { 0 } else { c },
+        )
+    };
+    let exponent = biased_exponent - EXPONENT_BIAS;
+
+    // At most 34 digits.
+    let mut buf = [0u8; 40];
+    let start = format_u128(coefficient, &mut buf);
+    let digits = &buf[start..];
+    let adjusted = exponent + digits.len() as i32 - 1;
+
+    if exponent <= 0 && adjusted >= -6 {
+        if exponent == 0 {
+            out.extend_from_slice(digits);
+        } else {
+            let frac_len = (-exponent) as usize;
+            if frac_len >= digits.len() {
+                out.extend_from_slice(b"0.");
+                for _ in digits.len()..frac_len {
+                    out.push(b'0');
+                }
+                out.extend_from_slice(digits);
+            } else {
+                let int_len = digits.len() - frac_len;
+                out.extend_from_slice(&digits[..int_len]);
+                out.push(b'.');
+                out.extend_from_slice(&digits[int_len..]);
+            }
+        }
+    } else {
+        out.push(digits[0]);
+        if digits.len() > 1 {
+            out.push(b'.');
+            out.extend_from_slice(&digits[1..]);
+        }
+        out.extend_from_slice(if adjusted < 0 { b"E-" } else { b"E+" });
+        write_i64(out, i64::from(adjusted.unsigned_abs()));
+    }
+}
+
+/// Writes the decimal digits of `v` (< 10^38) into the tail of `buf`; returns the start.
+fn format_u128(v: u128, buf: &mut [u8; 40]) -> usize {
+    const TEN19: u128 = 10_000_000_000_000_000_000;
+    let mut chunk = [0u8; 20];
+    if v < TEN19 {
+        let s = format_u64(v as u64, &mut chunk);
+        let n = chunk.len() - s;
+        buf[40 - n..].copy_from_slice(&chunk[s..]);
+        return 40 - n;
+    }
+    // Low 19 digits zero-padded, then the high part (< 10^19 for v < 10^38).
+    let low = (v % TEN19) as u64;
+    let high = (v / TEN19) as u64;
+    let s = format_u64(low, &mut chunk);
+    buf[21..40].fill(b'0');
+    buf[40 - (chunk.len() - s)..].copy_from_slice(&chunk[s..]);
+    let s = format_u64(high, &mut chunk);
+    let n = chunk.len() - s;
+    buf[21 - n..21].copy_from_slice(&chunk[s..]);
+    21 - n
+}

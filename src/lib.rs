@@ -1,0 +1,27 @@
+//! mongo-kafka-bridge: MongoDB change streams → Kafka, keyed by `documentKey`, with the resume
+//! token committed to MongoDB only after Kafka acknowledged every event up to it.
+//!
+//! Data flow per pipeline: [`source`] (change stream) → [`relay`] ([`encode`], [`sink`],
+//! [`window`]) → [`checkpoint`] (offsets collection), supervised by [`pipeline`] and [`app`].
+
+pub mod app;
+pub mod check;
+pub mod checkpoint;
+pub mod config;
+pub mod encode;
+pub mod error;
+pub mod event;
+pub mod extjson;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
+pub mod relay;
+pub mod sink;
+pub mod source;
+pub mod telemetry;
+pub mod window;
+
+pub use app::Bridge;
+pub use config::Config;
+pub use error::BridgeError;

@@ -1,0 +1,275 @@
+//! One pipeline's supervisor: takes ownership of the offsets document, then runs source → relay →
+//! checkpointer, restarting from the committed position after transient failures.
+//!
+//! Invariants:
+//! - Every (re)start reads the position from the offsets document (checking our epoch), never
+//!   from memory: what was not committed is read again (at-least-once).
+//! - On a first start the stream's initial resume token is committed before any event is read,
+//!   so a crash before the first event loses nothing written after "now" (case C27).
+//! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
+//!   reset after a run that lasted longer than [`HEALTHY_RUN`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mongodb::Client;
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::checkpoint::{Offsets, OffsetsStore, run_checkpointer};
+use crate::config::{Config, PipelineConfig, StartAt};
+use crate::encode::Encoder;
+use crate::error::{BridgeError, ErrorClass, is_history_lost, report};
+use crate::event::{Position, format_timestamp, timestamp_now};
+use crate::health::PipelineHealth;
+use crate::metrics::PipelineMetrics;
+use crate::relay::{Limits, Relay};
+use crate::sink::KafkaSink;
+use crate::source::{self, Start};
+
+/// A run longer than this resets the restart backoff.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+/// Capacity of the source → relay channel (items).
+const CHANNEL_CAPACITY: usize = 1024;
+
+/// Everything one pipeline needs.
+pub struct PipelineContext {
+    /// The whole config (for `[kafka]` and `[bridge]`).
+    pub config: Arc<Config>,
+    /// This pipeline's entry.
+    pub pipeline: PipelineConfig,
+    /// Shared MongoDB client.
+    pub client: Client,
+    /// Instance id written as `owner`.
+    pub owner: String,
+    /// This pipeline's metric handles.
+    pub metrics: PipelineMetrics,
+    /// This pipeline's health state.
+    pub health: Arc<PipelineHealth>,
+}
+
+impl PipelineContext {
+    fn store(&self) -> OffsetsStore {
+        let b = &self.config.bridge;
+        let lease = Duration::from_millis(b.commit_interval_ms.saturating_mul(5).max(5000));
+        OffsetsStore::new(
+            &self.client,
+            &self.config.mongodb.offsets_database,
+            &self.config.mongodb.offsets_collection,
+            &self.pipeline.name,
+            &self.owner,
+            lease,
+        )
+    }
+}
+
+/// Runs the pipeline until `cancel` fires (`Ok`) or a fatal error (`Err`).
+pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), BridgeError> {
+    let store = ctx.store();
+    let name = ctx.pipeline.name.clone();
+    let secrets = ctx.config.secrets();
+    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let mut attempt: u32 = 0;
+    let mut epoch = None;
+    let result = loop {
+        let started = Instant::now();
+        let result = match epoch {
+            None => match store.take().await {
+                Ok(offsets) => {
+                    epoch = Some(offsets.epoch);
+                    info!(pipeline = %name, epoch = offsets.epoch, "took the pipeline");
+                    run_once(&ctx, &store, offsets, &cancel).await
+                }
+                Err(e) => Err(e),
+            },
+            Some(epoch) => match store.load(epoch).await {
+                Ok(offsets) => run_once(&ctx, &store, offsets, &cancel).await,
+                Err(e) => Err(e),
+            },
+        };
+        let error = match result {
+            Ok(()) => break Ok(()),
+            Err(e) => e,
+        };
+        let class = error.class();
+        let class_label = if class == ErrorClass::Fatal {
+            "fatal"
+        } else {
+            "transient"
+        };
+        ctx.metrics.error(error.kind(), class_label);
+        if class == ErrorClass::Fatal || cancel.is_cancelled() {
+            error!(pipeline = %name, error = %report(&error, &secrets), "pipeline stopped");
+            break Err(error);
+        }
+        if started.elapsed() > HEALTHY_RUN {
+            attempt = 0;
+        }
+        let delay = backoff(attempt, ctx.config.bridge.max_restart_backoff_ms);
+        attempt = attempt.saturating_add(1);
+        ctx.metrics.restart(error.kind());
+        warn!(pipeline = %name, error = %report(&error, &secrets), delay_ms = delay.as_millis() as u64,
+              "pipeline failed; restarting from the committed position");
+        tokio::select! {
+            () = cancel.cancelled() => break Ok(()),
+            () = tokio::time::sleep(delay) => {}
+        }
+    };
+    ctx.health.stopped.store(true, Ordering::Relaxed);
+    result
+}
+
+/// Full-jitter exponential backoff: uniform in `[0, min(cap, 100 ms × 2^attempt)]`, at least 50 ms.
+pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
+    let ceiling = 100u64
+        .saturating_mul(1u64 << attempt.min(20))
+        .min(cap_ms)
+        .max(50);
+    Duration::from_millis(rand::rng().random_range(50..=ceiling))
+}
+
+fn start_of(p: &PipelineConfig, offsets: &Offsets) -> Start {
+    match (
+        &offsets.resume_token,
+        offsets.start_at_operation_time,
+        p.start_at(),
+    ) {
+        (Some(token), _, _) => Start::After(token.clone()),
+        (None, Some(ts), _) => Start::AtOperationTime(ts),
+        (None, None, StartAt::Timestamp(secs)) => Start::AtOperationTime(bson::Timestamp {
+            time: secs,
+            increment: 0,
+        }),
+        (None, None, StartAt::Now) => Start::Now,
+    }
+}
+
+/// One run: open the stream, commit the initial position if there is none, then run the tasks.
+async fn run_once(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    offsets: Offsets,
+    cancel: &CancellationToken,
+) -> Result<(), BridgeError> {
+    let p = &ctx.pipeline;
+    let b = &ctx.config.bridge;
+    let start = start_of(p, &offsets);
+    let stream = source::open(
+        &ctx.client,
+        p,
+        &start,
+        Duration::from_millis(b.max_await_time_ms),
+    )
+    .await
+    .map_err(|source| classify_open(p, &offsets, source))?;
+    if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
+        store.set_start_time(offsets.epoch, *ts).await?;
+    }
+    if offsets.resume_token.is_none() {
+        if let Some(token) = source::current_token(&stream) {
+            let initial = Position {
+                token,
+                cluster_time: None,
+                position_time: timestamp_now(),
+                wall_time_ms: None,
+                event_count: 0,
+            };
+            store.commit(offsets.epoch, &initial, 0).await?;
+            info!(pipeline = %p.name, "committed the initial position");
+        }
+    }
+    let sink = KafkaSink::new(&ctx.config.kafka)?;
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (safe_tx, safe_rx) = watch::channel(None);
+    let run_cancel = cancel.child_token();
+    let source_task = tokio::spawn({
+        let (name, cancel, health) = (p.name.clone(), run_cancel.clone(), Arc::clone(&ctx.health));
+        async move { source::run(&name, stream, tx, cancel, health).await }
+    });
+    let interval = Duration::from_millis(b.commit_interval_ms);
+    let checkpointer = tokio::spawn({
+        let (store, metrics, cancel) = (store.clone(), ctx.metrics.clone(), run_cancel.clone());
+        async move {
+            let result =
+                run_checkpointer(store, offsets.epoch, safe_rx, interval, metrics, 0).await;
+            if result.is_err() {
+                cancel.cancel();
+            }
+            result
+        }
+    });
+    let limits = Limits {
+        max_events: b.max_in_flight_events,
+        max_bytes: b.max_in_flight_bytes,
+        drain_timeout: Duration::from_millis(b.shutdown_timeout_ms),
+    };
+    let encoder = Encoder::new(p, &ctx.config.kafka.topic_prefix);
+    let relay = Relay::new(
+        &p.name,
+        encoder,
+        sink,
+        limits,
+        ctx.metrics.clone(),
+        Arc::clone(&ctx.health),
+        safe_tx,
+    );
+    ctx.metrics.stream_open.set(1);
+    let relay_result = relay.run(rx, run_cancel.clone()).await;
+    run_cancel.cancel();
+    ctx.metrics.stream_open.set(0);
+    let source_result = source_task.await.unwrap_or(Ok(()));
+    let checkpoint_result = checkpointer.await.unwrap_or(Ok(()));
+    let source_result = source_result.map_err(|e| reclassify(&offsets, e));
+    relay_result.and(source_result).and(checkpoint_result)
+}
+
+fn classify_open(
+    p: &PipelineConfig,
+    offsets: &Offsets,
+    source: mongodb::error::Error,
+) -> BridgeError {
+    reclassify(
+        offsets,
+        BridgeError::Source {
+            pipeline: p.name.clone(),
+            source,
+        },
+    )
+}
+
+/// Turns a "cannot resume" source error into [`BridgeError::HistoryLost`].
+fn reclassify(offsets: &Offsets, error: BridgeError) -> BridgeError {
+    match error {
+        BridgeError::Source { pipeline, source } if is_history_lost(&source) => {
+            BridgeError::HistoryLost {
+                pipeline,
+                cluster_time: offsets
+                    .cluster_time
+                    .map_or_else(|| "unknown".to_owned(), format_timestamp),
+                source,
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_its_bounds() {
+        for attempt in 0..40 {
+            let d = backoff(attempt, 30_000).as_millis() as u64;
+            assert!((50..=30_000).contains(&d), "{attempt}: {d}");
+            let ceiling = 100u64
+                .saturating_mul(1 << attempt.min(20))
+                .min(30_000)
+                .max(50);
+            assert!(d <= ceiling, "{attempt}: {d} > {ceiling}");
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The relay task: encodes each change event, enqueues its records, tracks deliveries in the
+//! ordered window and publishes the safe position for the checkpointer.
+//!
+//! ```text
+//!  source task ──mpsc<SourceItem>──▶ relay ──enqueue──▶ librdkafka ──delivery futures──┐
+//!                                     │  ▲                                            │
+//!                                     │  └──────────── OrderedWindow ◀────────────────┘
+//!                                     └──watch<Option<Position>>──▶ checkpointer
+//! ```
+//!
+//! WARNING: this code decides what gets committed. The ordering proof is in [`crate::window`];
+//! the relay upholds its premises:
+//! - every event and every watermark enters the window in the order the source read them;
+//! - an event's entry resolves `Ok` only when *all* its records (delete + tombstone) are
+//!   delivered; any delivery error or cancellation resolves it `Err`;
+//! - the first `Err` out of the window ends the relay; nothing after it is published.
+//!
+//! Loop priority (`select! { biased; … }`): 1. acks from the window (frees memory first),
+//! 2. a pending event whose enqueue hit a full queue, 3. shutdown, 4. intake, only while the
+//! window has room (`max_in_flight_events`, `max_in_flight_bytes`) — this bounds memory whatever
+//! the backlog. A full librdkafka queue is backpressure, never an error or a drop.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bson::Timestamp;
+use rdkafka::producer::DeliveryFuture;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::encode::{EncodedEvent, Encoder, Record};
+use crate::error::BridgeError;
+use crate::event::{Position, SourceItem, timestamp_now};
+use crate::health::{PipelineHealth, now_ms};
+use crate::metrics::PipelineMetrics;
+use crate::sink::{EnqueueError, KafkaSink};
+use crate::window::OrderedWindow;
+
+/// An event whose records are partly enqueued (the queue was full).
+struct Pending {
+    records: std::vec::IntoIter<Record>,
+    deliveries: Vec<DeliveryFuture>,
+    encoded: EncodedEvent,
+    bytes: usize,
+    topic: Arc<str>,
+}
+
+/// In-flight bounds of one pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Events enqueued and not delivered.
+    pub max_events: usize,
+    /// Bytes of records enqueued and not delivered.
+    pub max_bytes: usize,
+    /// Bound of the drain at shutdown or after the source stopped.
+    pub drain_timeout: Duration,
+}
+
+/// One pipeline's relay.
+pub struct Relay {
+    pipeline: Arc<str>,
+    encoder: Encoder,
+    sink: KafkaSink,
+    window: OrderedWindow<Position, BridgeError>,
+    limits: Limits,
+    metrics: PipelineMetrics,
+    health: Arc<PipelineHealth>,
+    safe: watch::Sender<Option<Position>>,
+    last_cluster_time: Option<Timestamp>,
+    last_wall_time_ms: Option<i64>,
+    event_count: u64,
+}
+
+impl Relay {
+    /// A relay publishing safe positions on `safe`.
+    pub fn new(
+        pipeline: &str,
+        encoder: Encoder,
+        sink: KafkaSink,
+        limits: Limits,
+        metrics: PipelineMetrics,
+        health: Arc<PipelineHealth>,
+        safe: watch::Sender<Option<Position>>,
+    ) -> Self {
+        Self {
+            pipeline: Arc::from(pipeline),
+            encoder,
+            sink,
+            window: OrderedWindow::new(),
+            limits,
+            metrics,
+            health,
+            safe,
+            last_cluster_time: None,
+            last_wall_time_ms: None,
+            event_count: 0,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.window.is_empty()
+            || (self.window.events() < self.limits.max_events
+                && self.window.bytes() < self.limits.max_bytes)
+    }
+
+    /// Runs until `cancel` fires or the source closes `rx` (then drains and returns `Ok`), or a
+    /// delivery or encoding fails (returns that error; the safe position stays before it).
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<SourceItem>,
+        cancel: CancellationToken,
+    ) -> Result<(), BridgeError> {
+        let mut pending: Option<Pending> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            self.health.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+            tokio::select! {
+                biased;
+                Some(done) = self.window.next(), if !self.window.is_empty() => {
+                    self.complete(done?);
+                    if let Some(p) = pending.take() {
+                        pending = self.enqueue(p)?;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(5)),
+                    if pending.is_some() && self.window.is_empty() => {
+                    if let Some(p) = pending.take() {
+                        pending = self.enqueue(p)?;
+                    }
+                }
+                () = cancel.cancelled() => break,
+                item = rx.recv(), if pending.is_none() && self.has_room() => match item {
+                    Some(item) => pending = self.accept(item)?,
+                    None => break,
+                },
+                _ = tick.tick() => self.publish_gauges(),
+            }
+        }
+        self.drain(pending).await
+    }
+
+    fn accept(&mut self, item: SourceItem) -> Result<Option<Pending>, BridgeError> {
+        match item {
+            SourceItem::Event { raw, .. } => {
+                self.metrics
+                    .source_bytes
+                    .inc_by(raw.as_bytes().len() as u64);
+                let encoded = self.encoder.encode(&raw).map_err(|e| BridgeError::Encode {
+                    pipeline: self.pipeline.to_string(),
+                    reason: e.to_string(),
+                })?;
+                self.metrics.event_read(&encoded.operation_type);
+                if let Some(ts) = encoded.cluster_time {
+                    let lag = timestamp_now().time.saturating_sub(ts.time);
+                    self.metrics.source_lag.set(f64::from(lag));
+                }
+                let mut encoded = encoded;
+                let records = std::mem::take(&mut encoded.records);
+                let bytes = records.iter().map(Record::size).sum();
+                let topic = records
+                    .first()
+                    .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
+                let records = records.into_iter();
+                let pending = Pending {
+                    records,
+                    deliveries: Vec::with_capacity(2),
+                    encoded,
+                    bytes,
+                    topic,
+                };
+                self.enqueue(pending)
+            }
+            SourceItem::Watermark {
+                token,
+                position_time,
+            } => {
+                self.metrics.source_watermarks.inc();
+                let position = Position {
+                    token,
+                    cluster_time: self.last_cluster_time,
+                    position_time,
+                    wall_time_ms: self.last_wall_time_ms,
+                    event_count: self.event_count,
+                };
+                self.window.push_watermark(position);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Enqueues the remaining records of `p`; returns it back if the queue filled up.
+    fn enqueue(&mut self, mut p: Pending) -> Result<Option<Pending>, BridgeError> {
+        let mut records = std::mem::take(&mut p.records).peekable();
+        while let Some(record) = records.peek() {
+            match self.sink.enqueue(record) {
+                Ok(delivery) => {
+                    self.metrics.enqueued.inc();
+                    p.deliveries.push(delivery);
+                    records.next();
+                }
+                Err(EnqueueError::QueueFull) => {
+                    self.metrics.queue_full.inc();
+                    p.records = records.collect::<Vec<_>>().into_iter();
+                    return Ok(Some(p));
+                }
+                Err(EnqueueError::Failed(source)) => {
+                    return Err(BridgeError::Delivery {
+                        pipeline: self.pipeline.to_string(),
+                        topic: record.topic.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+        self.push_event(p);
+        Ok(None)
+    }
+
+    fn push_event(&mut self, p: Pending) {
+        let encoded = p.encoded;
+        self.event_count += 1;
+        if encoded.cluster_time.is_some() {
+            self.last_cluster_time = encoded.cluster_time;
+        }
+        if encoded.wall_time_ms.is_some() {
+            self.last_wall_time_ms = encoded.wall_time_ms;
+        }
+        let position = Position {
+            token: encoded.token,
+            cluster_time: self.last_cluster_time,
+            position_time: encoded.cluster_time.unwrap_or_else(timestamp_now),
+            wall_time_ms: self.last_wall_time_ms,
+            event_count: self.event_count,
+        };
+        let topic = p.topic;
+        let pipeline = Arc::clone(&self.pipeline);
+        let metrics = self.metrics.clone();
+        let operation_type = encoded.operation_type;
+        let deliveries = p.deliveries;
+        let started = Instant::now();
+        self.window.push_event(p.bytes, async move {
+            let count = deliveries.len() as u64;
+            for delivery in deliveries {
+                match delivery.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((source, _))) => {
+                        let code = source
+                            .rdkafka_error_code()
+                            .map_or("unknown".into(), |c| format!("{c:?}"));
+                        metrics.delivery_error(&code);
+                        return Err(BridgeError::Delivery {
+                            pipeline: pipeline.to_string(),
+                            topic: topic.to_string(),
+                            source,
+                        });
+                    }
+                    Err(_) => {
+                        metrics.delivery_error("cancelled");
+                        return Err(BridgeError::DeliveryCancelled {
+                            pipeline: pipeline.to_string(),
+                        });
+                    }
+                }
+            }
+            metrics
+                .delivery_duration
+                .observe(started.elapsed().as_secs_f64());
+            metrics.delivered(&operation_type, count);
+            Ok(position)
+        });
+    }
+
+    fn complete(&mut self, done: crate::window::Completed<Position>) {
+        // The window yields in read order and we stop at the first error, so this position ends
+        // a contiguous prefix of delivered entries (proof in `window.rs`).
+        self.safe.send_replace(Some(done.position));
+        self.publish_gauges();
+    }
+
+    fn publish_gauges(&self) {
+        self.metrics
+            .in_flight_events
+            .set(self.window.events() as i64);
+        self.metrics.in_flight_bytes.set(self.window.bytes() as i64);
+        let oldest = self
+            .window
+            .oldest()
+            .map_or(0, |at| now_ms() - at.elapsed().as_millis() as i64);
+        self.health
+            .oldest_in_flight_ms
+            .store(oldest, Ordering::Relaxed);
+    }
+
+    /// Waits for in-flight deliveries up to the drain timeout, publishing each safe position,
+    /// then flushes the producer explicitly (its `Drop` would purge the queue).
+    async fn drain(mut self, pending: Option<Pending>) -> Result<(), BridgeError> {
+        let deadline = Instant::now() + self.limits.drain_timeout;
+        let mut pending = pending;
+        while !self.window.is_empty() || pending.is_some() {
+            if let Some(p) = pending.take() {
+                pending = self.enqueue(p)?;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(remaining, self.window.next()).await {
+                Ok(Some(done)) => self.complete(done?),
+                Ok(None) if pending.is_some() => tokio::time::sleep(Duration::from_millis(5)).await,
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        pipeline = %self.pipeline,
+                        undelivered_events = self.window.events(),
+                        "drain timed out; the undelivered events will be read again after restart"
+                    );
+                    break;
+                }
+            }
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        self.sink
+            .flush(remaining.max(Duration::from_millis(100)))
+            .await;
+        self.publish_gauges();
+        Ok(())
+    }
+}

@@ -1,0 +1,158 @@
+//! Kafka producer: builds the idempotent producer and enqueues records.
+//!
+//! Invariants:
+//! - The producer always runs with `enable.idempotence=true`, `acks=all`,
+//!   `max.in.flight.requests.per.connection=5` and `partitioner=murmur2_random` (the Java
+//!   clients' mapping, so a key lands on the same partition whichever client wrote it). Config
+//!   validation rejects user properties that contradict them; these are set last so nothing
+//!   overrides them (librdkafka `CONFIGURATION.md`, `INTRODUCTION.md` "Idempotent Producer").
+//! - "Enqueued" means handed to librdkafka (`send_result` returned a [`DeliveryFuture`]);
+//!   "delivered" means that future resolved `Ok`. A cancelled future is *not* delivered.
+//! - [`KafkaSink::flush`] must be called before the producer is dropped: librdkafka's destroy path
+//!   purges queued records.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+
+use crate::config::KafkaConfig;
+use crate::encode::Record;
+use crate::error::BridgeError;
+
+/// Properties the bridge sets after the user's, so they always hold.
+const PROTECTED: [(&str, &str); 4] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("max.in.flight.requests.per.connection", "5"),
+    ("partitioner", "murmur2_random"),
+];
+
+/// Defaults the user may override in `[kafka.properties]`.
+const DEFAULTS: [(&str, &str); 3] = [
+    ("linger.ms", "10"),
+    ("message.timeout.ms", "120000"),
+    ("client.id", "mongo-kafka-bridge"),
+];
+
+/// Why a record could not be enqueued.
+#[derive(Debug)]
+pub enum EnqueueError {
+    /// librdkafka's local queue is full: wait for deliveries and enqueue again (backpressure).
+    QueueFull,
+    /// Any other error: the record cannot be produced by this producer.
+    Failed(KafkaError),
+}
+
+/// The librdkafka producer configuration for `kafka` (user properties, then the protected ones).
+pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &kafka.bootstrap_servers);
+    for (key, value) in DEFAULTS {
+        config.set(key, value);
+    }
+    for (key, value) in &kafka.properties {
+        config.set(key, value.to_string());
+    }
+    for (key, value) in PROTECTED {
+        config.set(key, value);
+    }
+    config
+}
+
+/// One pipeline's producer.
+pub struct KafkaSink {
+    producer: FutureProducer,
+}
+
+impl KafkaSink {
+    /// Creates the producer. Errors: [`BridgeError::Producer`] when librdkafka refuses the
+    /// configuration (e.g. an unknown property name); connection problems surface later as
+    /// delivery errors, after `message.timeout.ms`.
+    pub fn new(kafka: &KafkaConfig) -> Result<Self, BridgeError> {
+        let producer: FutureProducer = client_config(kafka)
+            .create()
+            .map_err(BridgeError::Producer)?;
+        Ok(Self { producer })
+    }
+
+    /// Enqueues `record` without waiting for its delivery.
+    ///
+    /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
+    /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
+    pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_slice()),
+            });
+        }
+        let mut future = FutureRecord::to(&record.topic)
+            .key(&record.key)
+            .headers(headers);
+        if let Some(value) = &record.value {
+            future = future.payload(value);
+        }
+        self.producer
+            .send_result(future)
+            .map_err(|(error, _)| match error {
+                KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
+                    EnqueueError::QueueFull
+                }
+                other => EnqueueError::Failed(other),
+            })
+    }
+
+    /// The fatal error librdkafka reports, if the producer is in its fatal state (e.g. an
+    /// out-of-order sequence number after an outage); such a producer must be rebuilt.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer
+            .client()
+            .fatal_error()
+            .map(|(code, text)| format!("{code:?}: {text}"))
+    }
+
+    /// Records enqueued but not yet delivered (librdkafka's out-queue length).
+    pub fn queue_len(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the
+    /// blocking librdkafka call on the blocking pool. Returns whether the queue is empty.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.flush(timeout).is_ok())
+            .await
+            .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PropertyValue;
+
+    #[test]
+    fn protected_properties_win_over_user_properties() {
+        let mut kafka = KafkaConfig {
+            bootstrap_servers: "127.0.0.1:9".into(),
+            topic_prefix: String::new(),
+            properties: Default::default(),
+        };
+        kafka
+            .properties
+            .insert("acks".into(), PropertyValue::Text("1".into()));
+        kafka
+            .properties
+            .insert("linger.ms".into(), PropertyValue::Integer(50));
+        let config = client_config(&kafka);
+        assert_eq!(config.get("acks"), Some("all"));
+        assert_eq!(config.get("enable.idempotence"), Some("true"));
+        assert_eq!(config.get("partitioner"), Some("murmur2_random"));
+        assert_eq!(config.get("linger.ms"), Some("50"));
+        assert_eq!(config.get("message.timeout.ms"), Some("120000"));
+    }
+}

@@ -1,0 +1,34 @@
+//! Logging: `tracing` with human output in a terminal and JSON lines for machines.
+//!
+//! Invariant: log lines never carry secrets; callers log configuration through its redacting
+//! `Debug` and errors through [`crate::error::report`].
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+/// Log output format (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable, coloured when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global subscriber. Level from `RUST_LOG` (default `info`). Logs go to stderr.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+    if result.is_err() {
+        // A subscriber is already installed (tests): keep it.
+    }
+}
