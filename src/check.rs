@@ -164,18 +164,13 @@ async fn check_kafka(config: &Config) -> Vec<CheckLine> {
         })
     })
     .await;
-    let (brokers, topics, broker_id) = match metadata {
-        Ok(Ok(m)) => m,
-        _ => {
-            return vec![line(
-                false,
-                format!(
-                    "Kafka at {} unreachable. Remedy: check kafka.bootstrap_servers and the \
-                 security properties in [kafka.properties]",
-                    config.kafka.bootstrap_servers
-                ),
-            )];
-        }
+    let Ok(Ok((brokers, topics, broker_id))) = metadata else {
+        let text = format!(
+            "Kafka at {} unreachable. Remedy: check kafka.bootstrap_servers and the security \
+             properties in [kafka.properties]",
+            config.kafka.bootstrap_servers
+        );
+        return vec![line(false, text)];
     };
     let mut lines = vec![line(true, format!("Kafka reachable ({brokers} broker(s))"))];
     let auto_create = match broker_id {

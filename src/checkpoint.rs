@@ -75,7 +75,7 @@ impl OffsetsStore {
     fn error(&self, source: mongodb::error::Error) -> BridgeError {
         BridgeError::Checkpoint {
             pipeline: self.pipeline.clone(),
-            source,
+            source: Box::new(source),
         }
     }
 

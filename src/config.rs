@@ -416,3 +416,6 @@ impl PipelineConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

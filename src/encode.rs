@@ -173,10 +173,11 @@ impl Encoder {
             return Arc::clone(&self.fallback_topic);
         };
         let coll = coll.unwrap_or("");
-        if let (last_db, last_coll, Some(topic)) = &self.last_ns {
-            if last_db == db && last_coll == coll {
-                return Arc::clone(topic);
-            }
+        if let (last_db, last_coll, Some(topic)) = &self.last_ns
+            && last_db == db
+            && last_coll == coll
+        {
+            return Arc::clone(topic);
         }
         let topic: Arc<str> = if coll.is_empty() {
             Arc::from(format!("{}{db}", self.topic_prefix))
@@ -231,11 +232,12 @@ impl Encoder {
         if let Some(ts) = view.cluster_time {
             headers.push(("mongo.cluster_time", format_timestamp(ts).into_bytes()));
         }
-        if let Some(ms) = view.wall_time_ms {
-            if let Some(time) = chrono::DateTime::from_timestamp_millis(ms) {
-                let text = time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                headers.push(("mongo.wall_time", text.into_bytes()));
-            }
+        if let Some(time) = view
+            .wall_time_ms
+            .and_then(chrono::DateTime::from_timestamp_millis)
+        {
+            let text = time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            headers.push(("mongo.wall_time", text.into_bytes()));
         }
         if let Some(txn) = view.txn_number {
             headers.push(("mongo.txn_number", txn.to_string().into_bytes()));

@@ -122,12 +122,11 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
     result
 }
 
-/// Full-jitter exponential backoff: uniform in `[0, min(cap, 100 ms × 2^attempt)]`, at least 50 ms.
+/// Full-jitter exponential backoff: uniform in `[50 ms, min(cap, 100 ms × 2^attempt)]`.
 pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
     let ceiling = 100u64
         .saturating_mul(1u64 << attempt.min(20))
-        .min(cap_ms)
-        .max(50);
+        .clamp(50, cap_ms.max(50));
     Duration::from_millis(rand::rng().random_range(50..=ceiling))
 }
 
@@ -168,18 +167,18 @@ async fn run_once(
     if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
         store.set_start_time(offsets.epoch, *ts).await?;
     }
-    if offsets.resume_token.is_none() {
-        if let Some(token) = source::current_token(&stream) {
-            let initial = Position {
-                token,
-                cluster_time: None,
-                position_time: timestamp_now(),
-                wall_time_ms: None,
-                event_count: 0,
-            };
-            store.commit(offsets.epoch, &initial, 0).await?;
-            info!(pipeline = %p.name, "committed the initial position");
-        }
+    if offsets.resume_token.is_none()
+        && let Some(token) = source::current_token(&stream)
+    {
+        let initial = Position {
+            token,
+            cluster_time: None,
+            position_time: timestamp_now(),
+            wall_time_ms: None,
+            event_count: 0,
+        };
+        store.commit(offsets.epoch, &initial, 0).await?;
+        info!(pipeline = %p.name, "committed the initial position");
     }
     let sink = KafkaSink::new(&ctx.config.kafka)?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
@@ -235,7 +234,7 @@ fn classify_open(
         offsets,
         BridgeError::Source {
             pipeline: p.name.clone(),
-            source,
+            source: Box::new(source),
         },
     )
 }
@@ -267,8 +266,7 @@ mod tests {
             assert!((50..=30_000).contains(&d), "{attempt}: {d}");
             let ceiling = 100u64
                 .saturating_mul(1 << attempt.min(20))
-                .min(30_000)
-                .max(50);
+                .clamp(50, 30_000);
             assert!(d <= ceiling, "{attempt}: {d} > {ceiling}");
         }
     }

@@ -208,7 +208,7 @@ impl Relay {
                     return Err(BridgeError::Delivery {
                         pipeline: self.pipeline.to_string(),
                         topic: record.topic.to_string(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             }
@@ -252,7 +252,7 @@ impl Relay {
                         return Err(BridgeError::Delivery {
                             pipeline: pipeline.to_string(),
                             topic: topic.to_string(),
-                            source,
+                            source: Box::new(source),
                         });
                     }
                     Err(_) => {

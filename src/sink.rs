@@ -74,7 +74,7 @@ impl KafkaSink {
     pub fn new(kafka: &KafkaConfig) -> Result<Self, BridgeError> {
         let producer: FutureProducer = client_config(kafka)
             .create()
-            .map_err(BridgeError::Producer)?;
+            .map_err(|e| BridgeError::Producer(Box::new(e)))?;
         Ok(Self { producer })
     }
 

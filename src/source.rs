@@ -144,6 +144,11 @@ pub async fn run(
                 raw,
                 received_at: Instant::now(),
             },
+            Ok(None) if !stream.is_alive() => {
+                break Err(BridgeError::StreamClosed {
+                    pipeline: pipeline.to_owned(),
+                });
+            }
             Ok(None) => match current_token(&stream) {
                 Some(token) if last_watermark.as_ref() != Some(&token) => {
                     last_watermark = Some(token.clone());
@@ -157,7 +162,7 @@ pub async fn run(
             Err(source) => {
                 break Err(BridgeError::Source {
                     pipeline: pipeline.to_owned(),
-                    source,
+                    source: Box::new(source),
                 });
             }
         };

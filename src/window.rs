@@ -104,11 +104,11 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     pub async fn next(&mut self) -> Option<Result<Completed<T>, E>> {
         let out = self.entries.next().await?;
         self.pushed_at.pop_front();
-        if let Ok(done) = &out {
-            if done.is_event {
-                self.events -= 1;
-                self.bytes -= done.bytes;
-            }
+        if let Ok(done) = &out
+            && done.is_event
+        {
+            self.events -= 1;
+            self.bytes -= done.bytes;
         }
         Some(out)
     }

@@ -30,7 +30,8 @@ pub(super) fn is_secret_property(key: &str) -> bool {
 
 /// Applies `MONGO_KAFKA_BRIDGE__SECTION__KEY=value` overrides to the parsed file.
 ///
-/// Values that parse as a TOML integer or boolean become one; everything else is a string.
+/// In `[bridge]` (all integers), values that parse as an integer become one; every other value
+/// is a string.
 pub(super) fn apply_env(
     tree: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
@@ -71,13 +72,11 @@ pub(super) fn apply_env(
         if section == "pipelines" {
             return Err(err(name, "pipelines are configured in the file only"));
         }
+        // Only `[bridge]` holds numbers: elsewhere a value such as a topic prefix `2024` or a
+        // database `true` stays a string.
         let value = match raw.parse::<i64>() {
-            Ok(i) => toml::Value::Integer(i),
-            Err(_) => match raw.as_str() {
-                "true" => toml::Value::Boolean(true),
-                "false" => toml::Value::Boolean(false),
-                _ => toml::Value::String(raw),
-            },
+            Ok(i) if section == "bridge" => toml::Value::Integer(i),
+            _ => toml::Value::String(raw),
         };
         section_table(tree, &section).insert(key, value);
     }
@@ -140,11 +139,16 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
             "must start with mongodb:// or mongodb+srv://",
         ));
     }
-    if config.mongodb.offsets_database.is_empty() || config.mongodb.offsets_collection.is_empty() {
-        return Err(err(
+    for (field, value) in [
+        ("mongodb.offsets_database", &config.mongodb.offsets_database),
+        (
             "mongodb.offsets_collection",
-            "database and collection must be non-empty",
-        ));
+            &config.mongodb.offsets_collection,
+        ),
+    ] {
+        if value.is_empty() {
+            return Err(err(field, "must be non-empty"));
+        }
     }
     if config.kafka.bootstrap_servers.trim().is_empty() {
         return Err(err(

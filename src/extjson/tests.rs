@@ -11,6 +11,7 @@ use bson::{
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
+use super::format::{ESCAPE, word_needs_escape};
 use super::*;
 
 // ---------------------------------------------------------------- helpers
@@ -38,7 +39,7 @@ fn parse_json(s: &str) -> Value {
 }
 
 fn from_hex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
@@ -93,9 +94,14 @@ fn same_double(a: f64, b: f64, ulps: u64) -> bool {
             && a.to_bits().abs_diff(b.to_bits()) <= ulps)
 }
 
+/// ULP tolerance for plain JSON non-integers parsed by serde_json.
+const SERDE_ULPS: u64 = 8;
+
 /// Compares parsed JSON: objects key by key *in order*; `$numberDouble` strings by value
 /// (bit-exact or both NaN); numbers by kind (integer vs non-integer) and value, non-integers
-/// within `ulps` (serde_json's default float parser may be one ULP off).
+/// within `ulps` (serde_json is built without `float_roundtrip`, and its default parser can be
+/// a few ULPs off for large exponents; `doubles_round_trip_and_read_as_non_integers` checks
+/// the exact text with Rust's correctly rounded parser).
 fn json_eq(expected: &Value, actual: &Value, path: &str, ulps: u64) -> Result<(), String> {
     match (expected, actual) {
         (Value::Object(e), Value::Object(a)) => {
@@ -594,6 +600,20 @@ fn invalid_utf8_is_replaced() {
 }
 
 #[test]
+fn unsorted_regex_options_are_sorted() {
+    // `bson` sorts options when it writes, so build the degenerate BSON by hand.
+    let bytes = [
+        16, 0, 0, 0, 0x0B, b'a', 0, b'a', b'b', b'c', 0, b'm', b'i', b'x', 0, 0,
+    ];
+    let doc = RawDocument::from_bytes(&bytes).expect("well-framed document");
+    let s = to_string(doc, JsonMode::Canonical).expect("valid regex");
+    assert_eq!(
+        s,
+        r#"{"a":{"$regularExpression":{"pattern":"abc","options":"imx"}}}"#
+    );
+}
+
+#[test]
 fn malformed_input_is_an_error_and_out_is_restored() {
     let good = doc_with_string(b"k", b"v");
     // String length claims more bytes than the document has.
@@ -802,12 +822,34 @@ proptest! {
 
         // Relaxed output is the relaxed form of the canonical output.
         let relaxed_text = to_string(&rawd, JsonMode::Relaxed).expect("valid document");
-        if let Err(e) = json_eq(&relax(&json), &parse_json(&relaxed_text), "$", 1) {
+        if let Err(e) = json_eq(&relax(&json), &parse_json(&relaxed_text), "$", SERDE_ULPS) {
             panic!("{e}\n  canonical {text}\n  relaxed {relaxed_text}");
         }
         for mode in MODES {
             assert_values_match_document(&rawd, mode);
         }
+    }
+
+    #[test]
+    fn strings_escape_like_serde_json(s in any::<String>(), pad in 0_usize..9) {
+        // Vary the alignment against the 8-byte fast path.
+        let s = format!("{}{s}\u{1}\"x\\", "a".repeat(pad));
+        let mut out = Vec::new();
+        write_json_string(&mut out, s.as_bytes());
+        prop_assert_eq!(String::from_utf8(out).expect("UTF-8"), serde_json::to_string(&s).expect("string"));
+    }
+
+    #[test]
+    fn word_escape_check_is_exact(w in any::<u64>(), spice in any::<[u8; 8]>()) {
+        // Mix in the interesting byte values so that they are actually hit.
+        let mut bytes = w.to_le_bytes();
+        for (b, s) in bytes.iter_mut().zip(spice) {
+            if s % 4 == 0 {
+                *b = [b'"', b'\\', 0x1F, 0x20, 0x00, 0x7F, 0x80, 0xA2][usize::from(s / 4 % 8)];
+            }
+        }
+        let expected = bytes.iter().any(|&b| ESCAPE[usize::from(b)] != 0);
+        prop_assert_eq!(word_needs_escape(u64::from_le_bytes(bytes)), expected);
     }
 
     #[test]
@@ -900,7 +942,7 @@ fn sample_documents_transcode_to_their_own_text() {
             if let Err(e) = json_eq(&json, &parse_json(&out), "$", 0) {
                 failures.push(format!("{name}:{}: {e}", no + 1));
             }
-            if let Err(e) = json_eq(&relax(&json), &parse_json(&relaxed(&d)), "$", 1) {
+            if let Err(e) = json_eq(&relax(&json), &parse_json(&relaxed(&d)), "$", SERDE_ULPS) {
                 failures.push(format!("{name}:{} (relaxed): {e}", no + 1));
             }
         }

@@ -1,0 +1,22 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: dependencies are compiled in their own layer, the runtime is Debian slim
+# with CA certificates, running as a non-root user.
+FROM rust:1.88-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src && echo 'fn main() {}' > src/main.rs && echo '' > src/lib.rs \
+    && cargo build --release --locked && rm -rf src
+COPY src ./src
+RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin mongo-kafka-bridge
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 bridge
+COPY --from=build /src/target/release/mongo-kafka-bridge /usr/local/bin/mongo-kafka-bridge
+USER bridge
+ENV MONGO_KAFKA_BRIDGE__METRICS__LISTEN=0.0.0.0:9464
+EXPOSE 9464
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD curl -fsS http://127.0.0.1:9464/healthz || exit 1
+ENTRYPOINT ["mongo-kafka-bridge"]
+CMD ["run", "--config", "/etc/mongo-kafka-bridge/config.toml"]

@@ -1,0 +1,1071 @@
+//! Tests of [`Config`]: serde rules, every validation rule of `rules.rs`, environment overrides
+//! and secret redaction. Each error test pins the exact `field` and a key phrase of `reason`.
+
+use super::*;
+
+/// `[mongodb]` and `[kafka]` with their required keys only.
+const SERVERS: &str = r#"
+[mongodb]
+uri = "mongodb://127.0.0.1:27017/"
+
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+"#;
+
+/// One valid pipeline; keys appended after it belong to it.
+const PIPELINE: &str = r#"
+[[pipelines]]
+name = "orders"
+database = "shop"
+collection = "orders"
+"#;
+
+fn parse(text: &str) -> Result<Config, BridgeError> {
+    Config::from_toml(text, std::iter::empty())
+}
+
+fn parse_env(text: &str, env: &[(&str, &str)]) -> Result<Config, BridgeError> {
+    let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    Config::from_toml(text, env)
+}
+
+/// A valid file with `tail` appended after the pipeline (pipeline keys, or later tables).
+fn valid_with(tail: &str) -> String {
+    format!("{SERVERS}{PIPELINE}{tail}")
+}
+
+/// A valid file with `kafka` lines inside `[kafka]` and `tail` after the pipeline.
+fn with_kafka(kafka: &str, tail: &str) -> String {
+    format!("{SERVERS}{kafka}\n{PIPELINE}{tail}")
+}
+
+/// The `(field, reason)` of the configuration error `result` must be.
+fn config_error(result: Result<Config, BridgeError>) -> (String, String) {
+    match result {
+        Err(BridgeError::Config { field, reason }) => (field, reason),
+        other => panic!("expected BridgeError::Config, got {other:?}"),
+    }
+}
+
+/// Asserts that `text` fails with exactly `field` and a reason containing `phrase`.
+#[track_caller]
+fn assert_rejected(text: &str, field: &str, phrase: &str) {
+    let (actual_field, reason) = config_error(parse(text));
+    assert_eq!(actual_field, field, "reason: {reason}");
+    assert!(
+        reason.contains(phrase),
+        "reason {reason:?} lacks {phrase:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_minimal_file_gets_the_documented_defaults() {
+    // GIVEN the required keys and one pipeline only
+    // WHEN it is loaded
+    let config = parse(&valid_with("")).expect("valid");
+
+    // THEN every optional key has its documented default
+    assert_eq!(config.mongodb.uri.expose(), "mongodb://127.0.0.1:27017/");
+    assert_eq!(config.mongodb.offsets_database, "mongo_kafka_bridge");
+    assert_eq!(config.mongodb.offsets_collection, "offsets");
+    assert_eq!(config.kafka.bootstrap_servers, "127.0.0.1:9092");
+    assert_eq!(config.kafka.topic_prefix, "");
+    assert!(config.kafka.properties.is_empty());
+    assert_eq!(config.metrics.listen, "127.0.0.1:9464");
+    let b = &config.bridge;
+    assert_eq!(b.commit_interval_ms, 1000);
+    assert_eq!(b.shutdown_timeout_ms, 30_000);
+    assert_eq!(b.max_in_flight_events, 10_000);
+    assert_eq!(b.max_in_flight_bytes, 16 * 1024 * 1024);
+    assert_eq!(b.max_await_time_ms, 1000);
+    assert_eq!(b.max_restart_backoff_ms, 30_000);
+    assert_eq!(b.ready_max_delivery_age_ms, 60_000);
+    assert_eq!(config.pipelines.len(), 1);
+    let p = &config.pipelines[0];
+    assert_eq!(p.name, "orders");
+    assert_eq!(p.database.as_deref(), Some("shop"));
+    assert_eq!(p.collection.as_deref(), Some("orders"));
+    assert_eq!(p.pipeline, None);
+    assert_eq!(p.full_document, FullDocument::Default);
+    assert_eq!(p.full_document_before_change, FullDocumentBeforeChange::Off);
+    assert_eq!(p.topic, None);
+    assert_eq!(p.value, ValueMode::ChangeEvent);
+    assert_eq!(p.json, JsonMode::Relaxed);
+    assert!(p.tombstones);
+    assert_eq!(p.start_at, "now");
+    assert_eq!(p.start_at(), StartAt::Now);
+    assert_eq!(p.on_history_lost, OnHistoryLost::Fail);
+    assert_eq!(p.on_oversize, OnOversize::Fail);
+    assert_eq!(p.dead_letter_topic, None);
+    assert!(p.stages().is_empty());
+    assert_eq!(p.scope(), "shop.orders");
+}
+
+#[test]
+fn every_option_is_read_from_the_file() {
+    // GIVEN a file setting every pipeline option to a non-default value
+    let text = with_kafka(
+        "topic_prefix = \"cdc.\"\n[kafka.properties]\n\"compression.type\" = \"lz4\"\n\
+         \"linger.ms\" = 5\n\"enable.idempotence\" = true\n\"acks\" = \"all\"",
+        "full_document = \"update_lookup\"\n\
+         full_document_before_change = \"when_available\"\n\
+         topic = \"all-orders\"\n\
+         value = \"document\"\n\
+         json = \"canonical\"\n\
+         tombstones = false\n\
+         start_at = \"2024-01-02T03:04:05Z\"\n\
+         [[pipelines]]\nname = \"everything\"\n",
+    );
+
+    // WHEN it is loaded
+    let config = parse(&text).expect("valid");
+
+    // THEN each value is the one written
+    assert_eq!(config.kafka.topic_prefix, "cdc.");
+    let props: Vec<(String, String)> = config
+        .kafka
+        .properties
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    assert_eq!(
+        props,
+        [
+            ("acks", "all"),
+            ("compression.type", "lz4"),
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    let p = &config.pipelines[0];
+    assert_eq!(p.full_document, FullDocument::UpdateLookup);
+    assert_eq!(
+        p.full_document_before_change,
+        FullDocumentBeforeChange::WhenAvailable
+    );
+    assert_eq!(p.topic.as_deref(), Some("all-orders"));
+    assert_eq!(p.value, ValueMode::Document);
+    assert_eq!(p.json, JsonMode::Canonical);
+    assert!(!p.tombstones);
+    assert_eq!(p.start_at(), StartAt::Timestamp(1_704_164_645));
+    let whole = &config.pipelines[1];
+    assert_eq!(whole.scope(), "*");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Serde rules: TOML syntax, unknown keys, types, required keys, enum values
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn text_that_is_not_toml_names_the_config_flag() {
+    assert_rejected(&valid_with("["), "--config", "not valid TOML");
+}
+
+#[test]
+fn unknown_key_in_mongodb_is_named() {
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://h:1/\"\nurl = \"x\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    assert_rejected(&text, "mongodb.url", "unknown field `url`");
+}
+
+#[test]
+fn unknown_key_in_kafka_is_named() {
+    assert_rejected(
+        &with_kafka("topic_prefx = \"cdc.\"", ""),
+        "kafka.topic_prefx",
+        "unknown field `topic_prefx`, expected one of `bootstrap_servers`, `topic_prefix`",
+    );
+}
+
+#[test]
+fn unknown_key_in_a_pipeline_is_named_with_its_index() {
+    let text = valid_with("[[pipelines]]\nname = \"b\"\ncolection = \"x\"\n");
+    assert_rejected(&text, "pipelines[1].colection", "unknown field `colection`");
+}
+
+#[test]
+fn unknown_key_in_bridge_is_named() {
+    assert_rejected(
+        &valid_with("[bridge]\ncommit_interval = 5\n"),
+        "bridge.commit_interval",
+        "unknown field `commit_interval`",
+    );
+}
+
+#[test]
+fn unknown_key_in_metrics_is_named() {
+    assert_rejected(
+        &valid_with("[metrics]\nlisten_addr = \"0.0.0.0:9464\"\n"),
+        "metrics.listen_addr",
+        "unknown field `listen_addr`, expected `listen`",
+    );
+}
+
+#[test]
+fn unknown_top_level_table_is_named() {
+    assert_rejected(
+        &valid_with("[kafka_properties]\nacks = \"all\"\n"),
+        "kafka_properties",
+        "unknown field `kafka_properties`",
+    );
+}
+
+#[test]
+fn wrong_type_names_the_field_and_the_expected_type() {
+    assert_rejected(
+        &valid_with("[bridge]\ncommit_interval_ms = \"fast\"\n"),
+        "bridge.commit_interval_ms",
+        "invalid type: string \"fast\", expected u64",
+    );
+    assert_rejected(
+        &valid_with("tombstones = \"yes\"\n"),
+        "pipelines[0].tombstones",
+        "expected a boolean",
+    );
+    assert_rejected(
+        &valid_with("[bridge]\nmax_in_flight_events = -1\n"),
+        "bridge.max_in_flight_events",
+        "expected usize",
+    );
+}
+
+#[test]
+fn a_property_value_must_be_a_scalar() {
+    assert_rejected(
+        &with_kafka("[kafka.properties]\n\"linger.ms\" = [5]", ""),
+        "kafka.properties.linger.ms",
+        "did not match any variant",
+    );
+}
+
+#[test]
+fn missing_mongodb_uri_is_named() {
+    let text = format!("[mongodb]\n[kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}");
+    assert_rejected(&text, "mongodb", "missing field `uri`");
+}
+
+#[test]
+fn missing_kafka_bootstrap_servers_is_named() {
+    let text = format!("[mongodb]\nuri = \"mongodb://h:1/\"\n[kafka]\n{PIPELINE}");
+    assert_rejected(&text, "kafka", "missing field `bootstrap_servers`");
+}
+
+#[test]
+fn missing_pipeline_name_is_named() {
+    let text = format!("{SERVERS}[[pipelines]]\ndatabase = \"shop\"\n");
+    assert_rejected(&text, "pipelines[0]", "missing field `name`");
+}
+
+#[test]
+fn bad_full_document_lists_the_allowed_values() {
+    assert_rejected(
+        &valid_with("full_document = \"sometimes\"\n"),
+        "pipelines[0].full_document",
+        "unknown variant `sometimes`, expected one of `default`, `update_lookup`, \
+         `when_available`, `required`",
+    );
+}
+
+#[test]
+fn bad_enum_values_of_other_options_list_the_allowed_values() {
+    for (line, field, phrase) in [
+        (
+            "full_document_before_change = \"on\"",
+            "pipelines[0].full_document_before_change",
+            "expected one of `off`, `when_available`, `required`",
+        ),
+        (
+            "value = \"doc\"",
+            "pipelines[0].value",
+            "expected `change_event` or `document`",
+        ),
+        (
+            "json = \"strict\"",
+            "pipelines[0].json",
+            "expected `relaxed` or `canonical`",
+        ),
+        (
+            "on_history_lost = \"retry\"",
+            "pipelines[0].on_history_lost",
+            "expected one of `fail`, `skip`, `snapshot`",
+        ),
+        (
+            "on_oversize = \"truncate\"",
+            "pipelines[0].on_oversize",
+            "expected `fail` or `dead_letter`",
+        ),
+    ] {
+        assert_rejected(&valid_with(&format!("{line}\n")), field, phrase);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation rules: [mongodb], [kafka], [metrics], [bridge]
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn uri_must_use_a_mongodb_scheme() {
+    let text = format!(
+        "[mongodb]\nuri = \"http://127.0.0.1:27017/\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    assert_rejected(&text, "mongodb.uri", "mongodb:// or mongodb+srv://");
+}
+
+#[test]
+fn srv_uri_is_accepted() {
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb+srv://cluster0.example.net/\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    let config = parse(&text).expect("valid");
+    assert_eq!(
+        config.mongodb.uri.expose(),
+        "mongodb+srv://cluster0.example.net/"
+    );
+}
+
+#[test]
+fn offsets_database_must_not_be_empty() {
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://h:1/\"\noffsets_database = \"\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    assert_rejected(&text, "mongodb.offsets_database", "non-empty");
+}
+
+#[test]
+fn offsets_collection_must_not_be_empty() {
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://h:1/\"\noffsets_collection = \"\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    assert_rejected(&text, "mongodb.offsets_collection", "non-empty");
+}
+
+#[test]
+fn bootstrap_servers_must_not_be_blank() {
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://h:1/\"\n[kafka]\nbootstrap_servers = \"  \"\n{PIPELINE}"
+    );
+    assert_rejected(&text, "kafka.bootstrap_servers", "host:port");
+}
+
+#[test]
+fn metrics_listen_must_be_an_ip_socket_address() {
+    for bad in ["localhost:9464", "9464", "0.0.0.0", ""] {
+        assert_rejected(
+            &valid_with(&format!("[metrics]\nlisten = \"{bad}\"\n")),
+            "metrics.listen",
+            "host:port with an IP address",
+        );
+    }
+    let config = parse(&valid_with("[metrics]\nlisten = \"0.0.0.0:0\"\n")).expect("valid");
+    assert_eq!(config.metrics.listen, "0.0.0.0:0");
+    let config = parse(&valid_with("[metrics]\nlisten = \"[::1]:9464\"\n")).expect("valid");
+    assert_eq!(config.metrics.listen, "[::1]:9464");
+}
+
+#[test]
+fn every_bridge_duration_and_bound_must_be_positive() {
+    for key in [
+        "commit_interval_ms",
+        "max_in_flight_events",
+        "max_in_flight_bytes",
+        "max_await_time_ms",
+        "max_restart_backoff_ms",
+        "ready_max_delivery_age_ms",
+    ] {
+        assert_rejected(
+            &valid_with(&format!("[bridge]\n{key} = 0\n")),
+            &format!("bridge.{key}"),
+            "must be greater than 0",
+        );
+    }
+    // shutdown_timeout_ms = 0 means "do not wait": allowed.
+    let config = parse(&valid_with("[bridge]\nshutdown_timeout_ms = 0\n")).expect("valid");
+    assert_eq!(config.bridge.shutdown_timeout_ms, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation rules: protected librdkafka properties and the in-flight bounds
+// ---------------------------------------------------------------------------------------------
+
+/// A valid file with one line in `[kafka.properties]`.
+fn with_property(line: &str) -> String {
+    with_kafka(&format!("[kafka.properties]\n{line}"), "")
+}
+
+#[test]
+fn idempotence_cannot_be_disabled() {
+    assert_rejected(
+        &with_property("\"enable.idempotence\" = false"),
+        "kafka.properties.\"enable.idempotence\"",
+        "idempotent producer",
+    );
+    assert_rejected(
+        &with_property("\"enable.idempotence\" = \"false\""),
+        "kafka.properties.\"enable.idempotence\"",
+        "idempotent producer",
+    );
+    parse(&with_property("\"enable.idempotence\" = true")).expect("true is the default");
+}
+
+#[test]
+fn acks_must_be_all() {
+    for bad in [
+        "acks = 1",
+        "acks = 0",
+        "acks = \"1\"",
+        "\"request.required.acks\" = 1",
+    ] {
+        let key = if bad.starts_with("acks") {
+            "acks"
+        } else {
+            "request.required.acks"
+        };
+        assert_rejected(
+            &with_property(bad),
+            &format!("kafka.properties.\"{key}\""),
+            "must be all",
+        );
+    }
+    for good in [
+        "acks = \"all\"",
+        "acks = -1",
+        "\"request.required.acks\" = \"all\"",
+    ] {
+        parse(&with_property(good)).unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
+#[test]
+fn max_in_flight_requests_must_be_between_1_and_5() {
+    for key in ["max.in.flight.requests.per.connection", "max.in.flight"] {
+        for bad in ["6", "0", "\"many\""] {
+            assert_rejected(
+                &with_property(&format!("\"{key}\" = {bad}")),
+                &format!("kafka.properties.\"{key}\""),
+                "between 1 and 5",
+            );
+        }
+        for good in ["1", "5", "\"5\""] {
+            parse(&with_property(&format!("\"{key}\" = {good}")))
+                .unwrap_or_else(|e| panic!("{key} = {good}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn partitioner_must_be_murmur2_random() {
+    assert_rejected(
+        &with_property("partitioner = \"consistent_random\""),
+        "kafka.properties.\"partitioner\"",
+        "murmur2_random",
+    );
+    parse(&with_property("partitioner = \"murmur2_random\"")).expect("valid");
+}
+
+#[test]
+fn transactional_id_is_rejected() {
+    assert_rejected(
+        &with_property("\"transactional.id\" = \"bridge-1\""),
+        "kafka.properties.\"transactional.id\"",
+        "transactions are not supported",
+    );
+}
+
+#[test]
+fn bootstrap_servers_cannot_be_a_property() {
+    for key in ["bootstrap.servers", "metadata.broker.list"] {
+        assert_rejected(
+            &with_property(&format!("\"{key}\" = \"h:9092\"")),
+            &format!("kafka.properties.\"{key}\""),
+            "set kafka.bootstrap_servers instead",
+        );
+    }
+}
+
+#[test]
+fn gapless_guarantee_must_be_a_boolean() {
+    assert_rejected(
+        &with_property("\"enable.gapless.guarantee\" = \"yes\""),
+        "kafka.properties.\"enable.gapless.guarantee\"",
+        "true or false",
+    );
+    parse(&with_property("\"enable.gapless.guarantee\" = true")).expect("valid");
+}
+
+#[test]
+fn in_flight_events_must_fit_twice_in_the_producer_queue() {
+    // GIVEN a queue of 15000 messages and the default 10000 events in flight (2 records each)
+    assert_rejected(
+        &with_property("\"queue.buffering.max.messages\" = 15000"),
+        "bridge.max_in_flight_events",
+        "at most half of queue.buffering.max.messages (15000)",
+    );
+    // exactly half fits
+    let text = with_kafka(
+        "[kafka.properties]\n\"queue.buffering.max.messages\" = 20000",
+        "[bridge]\nmax_in_flight_events = 10000\n",
+    );
+    parse(&text).expect("2 × 10000 ≤ 20000");
+    // one more does not
+    let text = with_kafka(
+        "[kafka.properties]\n\"queue.buffering.max.messages\" = 20000",
+        "[bridge]\nmax_in_flight_events = 10001\n",
+    );
+    assert_rejected(&text, "bridge.max_in_flight_events", "(20000)");
+    // against librdkafka's default of 100000
+    assert_rejected(
+        &valid_with("[bridge]\nmax_in_flight_events = 50001\n"),
+        "bridge.max_in_flight_events",
+        "(100000)",
+    );
+}
+
+#[test]
+fn in_flight_bytes_must_fit_in_the_producer_queue() {
+    // GIVEN a 1 MiB queue and the default 16 MiB in flight
+    assert_rejected(
+        &with_property("\"queue.buffering.max.kbytes\" = 1024"),
+        "bridge.max_in_flight_bytes",
+        "must not exceed queue.buffering.max.kbytes (1024 KiB)",
+    );
+    let text = with_kafka(
+        "[kafka.properties]\n\"queue.buffering.max.kbytes\" = 1024",
+        "[bridge]\nmax_in_flight_bytes = 1048576\n",
+    );
+    parse(&text).expect("1 MiB fits in 1024 KiB");
+    let text = with_kafka(
+        "[kafka.properties]\n\"queue.buffering.max.kbytes\" = 1024",
+        "[bridge]\nmax_in_flight_bytes = 1048577\n",
+    );
+    assert_rejected(&text, "bridge.max_in_flight_bytes", "(1024 KiB)");
+}
+
+#[test]
+fn queue_bounds_must_be_integers() {
+    for key in ["queue.buffering.max.messages", "queue.buffering.max.kbytes"] {
+        assert_rejected(
+            &with_property(&format!("\"{key}\" = \"lots\"")),
+            &format!("kafka.properties.\"{key}\""),
+            "must be an integer",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation rules: pipelines
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn at_least_one_pipeline_is_required() {
+    assert_rejected(SERVERS, "pipelines", "add at least one [[pipelines]] entry");
+}
+
+#[test]
+fn pipeline_names_are_unique() {
+    let text = valid_with("[[pipelines]]\nname = \"orders\"\ndatabase = \"other\"\n");
+    assert_rejected(&text, "pipelines[1].name", "\"orders\" is used twice");
+}
+
+#[test]
+fn pipeline_names_use_safe_characters() {
+    for bad in ["", "orders feed", "orders/feed", "ördérs"] {
+        let text = format!("{SERVERS}[[pipelines]]\nname = \"{bad}\"\n");
+        assert_rejected(&text, "pipelines[0].name", "[A-Za-z0-9._-]");
+    }
+    let long = "n".repeat(201);
+    let text = format!("{SERVERS}[[pipelines]]\nname = \"{long}\"\n");
+    assert_rejected(&text, "pipelines[0].name", "1–200 characters");
+    let ok = "n".repeat(200);
+    parse(&format!("{SERVERS}[[pipelines]]\nname = \"{ok}\"\n")).expect("200 is allowed");
+}
+
+#[test]
+fn collection_needs_a_database() {
+    let text = format!("{SERVERS}[[pipelines]]\nname = \"p\"\ncollection = \"orders\"\n");
+    assert_rejected(
+        &text,
+        "pipelines[0].database",
+        "a collection needs its database",
+    );
+}
+
+#[test]
+fn database_and_collection_must_be_non_empty_names() {
+    let text = format!("{SERVERS}[[pipelines]]\nname = \"p\"\ndatabase = \"\"\n");
+    assert_rejected(&text, "pipelines[0].database", "non-empty name");
+    let text =
+        format!("{SERVERS}[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\ncollection = \"\"\n");
+    assert_rejected(&text, "pipelines[0].collection", "non-empty name");
+    let text = format!(
+        "{SERVERS}[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\ncollection = \"a\\u0000b\"\n"
+    );
+    assert_rejected(&text, "pipelines[0].collection", "non-empty name");
+}
+
+#[test]
+fn pipeline_stages_must_be_json() {
+    assert_rejected(
+        &valid_with("pipeline = '[{\"$match\": '\n"),
+        "pipelines[0].pipeline",
+        "not valid JSON",
+    );
+}
+
+#[test]
+fn pipeline_stages_must_be_an_array() {
+    assert_rejected(
+        &valid_with("pipeline = '{\"$match\": {\"operationType\": \"insert\"}}'\n"),
+        "pipelines[0].pipeline",
+        "must be a JSON array of stages",
+    );
+}
+
+#[test]
+fn each_stage_is_a_document_with_one_key() {
+    assert_rejected(
+        &valid_with("pipeline = '[{\"$match\": {}}, {\"$match\": {}, \"$project\": {}}]'\n"),
+        "pipelines[0].pipeline",
+        "stage 1 must be a document with exactly one $stage key",
+    );
+    assert_rejected(
+        &valid_with("pipeline = '[1]'\n"),
+        "pipelines[0].pipeline",
+        "stage 0 must be a document",
+    );
+}
+
+#[test]
+fn stages_are_read_as_extended_json() {
+    // GIVEN a $match on a date written in Extended JSON
+    let text = valid_with(
+        "pipeline = '[{\"$match\": {\"wallTime\": {\"$gte\": {\"$date\": \
+         {\"$numberLong\": \"1704164645000\"}}}}}]'\n",
+    );
+
+    // WHEN it is loaded
+    let stages = parse(&text).expect("valid").pipelines[0].stages();
+
+    // THEN the stage holds a BSON date, not a nested document
+    let expected = bson::doc! {
+        "$match": { "wallTime": { "$gte": bson::DateTime::from_millis(1_704_164_645_000) } }
+    };
+    assert_eq!(stages, vec![expected]);
+}
+
+#[test]
+fn start_at_accepts_now_and_rfc3339_times() {
+    let at = |value: &str| {
+        parse(&valid_with(&format!("start_at = \"{value}\"\n")))
+            .expect("valid")
+            .pipelines[0]
+            .start_at()
+    };
+    assert_eq!(at("now"), StartAt::Now);
+    assert_eq!(
+        at("2024-01-02T03:04:05Z"),
+        StartAt::Timestamp(1_704_164_645)
+    );
+    assert_eq!(
+        at("2024-01-02T04:04:05.999+01:00"),
+        StartAt::Timestamp(1_704_164_645)
+    );
+    assert_eq!(at("1970-01-01T00:00:00Z"), StartAt::Timestamp(0));
+}
+
+#[test]
+fn start_at_rejects_other_text() {
+    for bad in [
+        "yesterday",
+        "NOW",
+        "2024-01-02",
+        "2024-01-02 03:04:05",
+        "1969-12-31T23:59:59Z",
+        "2107-01-01T00:00:00Z",
+    ] {
+        assert_rejected(
+            &valid_with(&format!("start_at = \"{bad}\"\n")),
+            "pipelines[0].start_at",
+            "use \"now\" or an RFC 3339 time",
+        );
+    }
+}
+
+#[test]
+fn topic_must_be_a_valid_kafka_topic_name() {
+    let long = "t".repeat(250);
+    for bad in [
+        "",
+        "orders topic",
+        "orders/topic",
+        "orders:v1",
+        long.as_str(),
+    ] {
+        assert_rejected(
+            &valid_with(&format!("topic = \"{bad}\"\n")),
+            "pipelines[0].topic",
+            "Kafka topic names use 1–249 of [A-Za-z0-9._-]",
+        );
+    }
+    let ok = "t".repeat(249);
+    let config = parse(&valid_with(&format!("topic = \"{ok}\"\n"))).expect("249 is allowed");
+    assert_eq!(config.pipelines[0].topic.as_deref(), Some(ok.as_str()));
+    parse(&valid_with("topic = \"cdc.shop_orders-v1\"\n")).expect("valid");
+}
+
+#[test]
+fn dead_letter_topic_must_be_a_valid_kafka_topic_name() {
+    assert_rejected(
+        &valid_with("dead_letter_topic = \"dead letters\"\n"),
+        "pipelines[0].dead_letter_topic",
+        "Kafka topic names",
+    );
+}
+
+#[test]
+fn on_history_lost_only_fail_is_available() {
+    for value in ["skip", "snapshot"] {
+        assert_rejected(
+            &valid_with(&format!("on_history_lost = \"{value}\"\n")),
+            "pipelines[0].on_history_lost",
+            "only \"fail\" is available in this version",
+        );
+    }
+    let config = parse(&valid_with("on_history_lost = \"fail\"\n")).expect("valid");
+    assert_eq!(config.pipelines[0].on_history_lost, OnHistoryLost::Fail);
+}
+
+#[test]
+fn on_oversize_dead_letter_is_not_available() {
+    assert_rejected(
+        &valid_with("on_oversize = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n"),
+        "pipelines[0].on_oversize",
+        "only \"fail\" is available in this version",
+    );
+}
+
+#[test]
+fn dead_letter_topic_needs_on_oversize_dead_letter() {
+    assert_rejected(
+        &valid_with("dead_letter_topic = \"dlq\"\n"),
+        "pipelines[0].dead_letter_topic",
+        "only used with on_oversize = \"dead_letter\"",
+    );
+}
+
+#[test]
+fn errors_name_the_pipeline_that_breaks_the_rule() {
+    let text = valid_with("[[pipelines]]\nname = \"second\"\ntopic = \"bad topic\"\n");
+    assert_rejected(&text, "pipelines[1].topic", "Kafka topic names");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment overrides
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn env_overrides_the_mongodb_uri() {
+    let config = parse_env(
+        &valid_with(""),
+        &[(
+            "MONGO_KAFKA_BRIDGE__MONGODB__URI",
+            "mongodb://db.internal:27017/?replicaSet=rs0",
+        )],
+    )
+    .expect("valid");
+    assert_eq!(
+        config.mongodb.uri.expose(),
+        "mongodb://db.internal:27017/?replicaSet=rs0"
+    );
+}
+
+#[test]
+fn env_supplies_a_key_the_file_lacks() {
+    // GIVEN a file without mongodb.uri
+    let text = format!("[mongodb]\n[kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}");
+    // WHEN the environment sets it
+    let config = parse_env(
+        &text,
+        &[("MONGO_KAFKA_BRIDGE__MONGODB__URI", "mongodb://h:1/")],
+    )
+    .expect("valid");
+    // THEN it is used
+    assert_eq!(config.mongodb.uri.expose(), "mongodb://h:1/");
+}
+
+#[test]
+fn env_overrides_an_integer() {
+    let config = parse_env(
+        &valid_with("[bridge]\ncommit_interval_ms = 5000\n"),
+        &[("MONGO_KAFKA_BRIDGE__BRIDGE__COMMIT_INTERVAL_MS", "250")],
+    )
+    .expect("valid");
+    assert_eq!(config.bridge.commit_interval_ms, 250);
+}
+
+#[test]
+fn env_integer_that_does_not_parse_names_the_field() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__BRIDGE__COMMIT_INTERVAL_MS", "soon")],
+    ));
+    assert_eq!(field, "bridge.commit_interval_ms");
+    assert!(reason.contains("expected u64"), "{reason}");
+}
+
+#[test]
+fn env_digits_for_a_string_key_stay_a_string() {
+    // GIVEN string keys overridden with digits and a boolean word
+    let config = parse_env(
+        &valid_with(""),
+        &[
+            ("MONGO_KAFKA_BRIDGE__KAFKA__TOPIC_PREFIX", "2024"),
+            ("MONGO_KAFKA_BRIDGE__MONGODB__OFFSETS_DATABASE", "true"),
+            (
+                "MONGO_KAFKA_BRIDGE__KAFKA__BOOTSTRAP_SERVERS",
+                "kafka-1:9092,kafka-2:9092",
+            ),
+            ("MONGO_KAFKA_BRIDGE__METRICS__LISTEN", "0.0.0.0:9100"),
+        ],
+    )
+    .expect("valid");
+    // THEN they are taken as text
+    assert_eq!(config.kafka.topic_prefix, "2024");
+    assert_eq!(config.mongodb.offsets_database, "true");
+    assert_eq!(config.kafka.bootstrap_servers, "kafka-1:9092,kafka-2:9092");
+    assert_eq!(config.metrics.listen, "0.0.0.0:9100");
+}
+
+#[test]
+fn env_sets_a_librdkafka_property_with_dots() {
+    let config = parse_env(
+        &valid_with(""),
+        &[(
+            "MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD",
+            "s3cret",
+        )],
+    )
+    .expect("valid");
+    assert_eq!(
+        config.kafka.properties.get("sasl.password"),
+        Some(&PropertyValue::Text("s3cret".to_owned()))
+    );
+}
+
+#[test]
+fn env_property_is_checked_like_a_file_property() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[(
+            "MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__ENABLE_IDEMPOTENCE",
+            "false",
+        )],
+    ));
+    assert_eq!(field, "kafka.properties.\"enable.idempotence\"");
+    assert!(reason.contains("idempotent producer"), "{reason}");
+}
+
+#[test]
+fn env_section_and_key_are_case_insensitive() {
+    let config = parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__kafka__Topic_Prefix", "cdc.")],
+    )
+    .expect("valid");
+    assert_eq!(config.kafka.topic_prefix, "cdc.");
+}
+
+#[test]
+fn env_without_the_prefix_is_ignored() {
+    let config = parse_env(
+        &valid_with(""),
+        &[
+            ("PATH", "/usr/bin"),
+            ("MONGO_KAFKA_BRIDGE_MONGODB__URI", "http://wrong/"),
+            ("mongo_kafka_bridge__mongodb__uri", "http://wrong/"),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(config.mongodb.uri.expose(), "mongodb://127.0.0.1:27017/");
+}
+
+#[test]
+fn malformed_env_names_are_rejected() {
+    for name in [
+        "MONGO_KAFKA_BRIDGE__URI",
+        "MONGO_KAFKA_BRIDGE__MONGODB__URI__EXTRA",
+        "MONGO_KAFKA_BRIDGE__PIPELINES__0__NAME",
+    ] {
+        let (field, reason) = config_error(parse_env(&valid_with(""), &[(name, "x")]));
+        assert_eq!(field, name);
+        assert!(
+            reason.contains("MONGO_KAFKA_BRIDGE__SECTION__KEY"),
+            "{name}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn env_cannot_configure_pipelines() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__PIPELINES__X", "y")],
+    ));
+    assert_eq!(field, "MONGO_KAFKA_BRIDGE__PIPELINES__X");
+    assert!(
+        reason.contains("pipelines are configured in the file only"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn env_unknown_section_is_named() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__MONGO__URI", "mongodb://h:1/")],
+    ));
+    assert_eq!(field, "mongo");
+    assert!(reason.contains("unknown field `mongo`"), "{reason}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn debug_output_hides_the_uri_password() {
+    // GIVEN a URI with a password
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://user:hunter2@h:1/\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    let config = parse(&text).expect("valid");
+
+    // WHEN the whole configuration is debug-printed
+    let printed = format!("{config:?}");
+
+    // THEN the password is masked
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(printed.contains("mongodb://user:***@h:1/"), "{printed}");
+    assert_eq!(
+        format!("{:?}", config.mongodb.uri),
+        "\"mongodb://user:***@h:1/\""
+    );
+}
+
+#[test]
+fn secrets_lists_the_uri_password_and_secret_properties() {
+    // GIVEN a URI password, a SASL password from the environment and two non-secret properties
+    let text = format!(
+        "[mongodb]\nuri = \"mongodb://user:hunter2@h:1/\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n\
+         [kafka.properties]\n\"linger.ms\" = 5\n\"sasl.username\" = \"bridge\"\n\
+         \"ssl.key.pem\" = \"PEMDATA\"\n\"sasl.oauthbearer.client.secret\" = \"oauth-s\"\n\
+         {PIPELINE}"
+    );
+    let config = parse_env(
+        &text,
+        &[(
+            "MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD",
+            "s3cret",
+        )],
+    )
+    .expect("valid");
+
+    // WHEN the secrets are listed
+    let secrets = config.secrets();
+
+    // THEN they are the password and the secret properties (in key order), nothing else
+    assert_eq!(secrets, ["hunter2", "oauth-s", "s3cret", "PEMDATA"]);
+}
+
+#[test]
+fn secrets_is_empty_without_passwords() {
+    let config = parse(&valid_with("")).expect("valid");
+    assert!(config.secrets().is_empty());
+}
+
+#[test]
+fn secret_uri_password_and_redaction() {
+    for (uri, password, redacted) in [
+        ("mongodb://h:1/", None, "mongodb://h:1/"),
+        ("mongodb://user@h:1/", None, "mongodb://user@h:1/"),
+        ("mongodb://user:@h:1/", None, "mongodb://user:@h:1/"),
+        (
+            "mongodb://user:hunter2@h:1/",
+            Some("hunter2"),
+            "mongodb://user:***@h:1/",
+        ),
+        (
+            "mongodb://user:hunter2@h1:1,h2:2/db?replicaSet=rs0",
+            Some("hunter2"),
+            "mongodb://user:***@h1:1,h2:2/db?replicaSet=rs0",
+        ),
+        (
+            "mongodb://user:p%40ss%3Aw@h:1/?authSource=admin",
+            Some("p%40ss%3Aw"),
+            "mongodb://user:***@h:1/?authSource=admin",
+        ),
+        // An unencoded '@' is invalid, but the last '@' still ends the userinfo.
+        (
+            "mongodb://user:p@ss@h:1/",
+            Some("p@ss"),
+            "mongodb://user:***@h:1/",
+        ),
+        (
+            "mongodb+srv://user:hunter2@cluster0.example.net",
+            Some("hunter2"),
+            "mongodb+srv://user:***@cluster0.example.net",
+        ),
+        // An '@' after the host (in the query) is not userinfo.
+        (
+            "mongodb://h:1/?appName=a:b@c",
+            None,
+            "mongodb://h:1/?appName=a:b@c",
+        ),
+        (
+            "mongodb://h:1?appName=a:b@c",
+            None,
+            "mongodb://h:1?appName=a:b@c",
+        ),
+        // The password repeated elsewhere: only the userinfo one is masked.
+        (
+            "mongodb://user:x@h:1/?appName=:x@",
+            Some("x"),
+            "mongodb://user:***@h:1/?appName=:x@",
+        ),
+        ("not a uri", None, "not a uri"),
+    ] {
+        let secret = SecretUri::new(uri);
+        assert_eq!(secret.password(), password, "{uri}");
+        assert_eq!(secret.redacted(), redacted, "{uri}");
+        assert_eq!(secret.expose(), uri);
+    }
+}
+
+#[test]
+fn config_errors_do_not_echo_the_uri() {
+    // GIVEN a URI with a password and a wrong scheme
+    let text = format!(
+        "[mongodb]\nuri = \"mongo://user:hunter2@h:1/\"\n\
+         [kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}"
+    );
+    // WHEN it is rejected
+    let error = parse(&text).expect_err("bad scheme");
+    // THEN neither the error nor its message holds the password
+    let message = error.to_string();
+    assert_eq!(
+        message,
+        "invalid configuration: mongodb.uri: must start with mongodb:// or mongodb+srv://"
+    );
+}

@@ -1,0 +1,108 @@
+//! `mongo-kafka-bridge check` against the live servers and against closed ports.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::{binary, config_file, config_toml, unique};
+
+#[test]
+fn check_passes_against_the_live_servers() {
+    // GIVEN a config for a collection on the live servers
+    let db = unique("chk");
+    let file = config_file(&config_toml("orders", &db, Some("orders"), ""));
+    // WHEN check runs
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    // THEN every line is a ✔ and it exits 0
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.lines().all(|l| l.starts_with('✔')), "{stdout}");
+    assert!(stdout.contains("MongoDB is a replica set"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "pipeline orders: change stream opens on {db}.orders"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Kafka reachable"), "{stdout}");
+}
+
+#[test]
+fn check_fails_fast_with_a_clear_message_when_servers_are_down() {
+    // GIVEN ports where nothing listens
+    let text = "[mongodb]\nuri = \"mongodb://127.0.0.1:1/?directConnection=true\"\n[kafka]\n\
+                bootstrap_servers = \"127.0.0.1:1\"\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n";
+    let file = config_file(text);
+    // WHEN check runs
+    let started = Instant::now();
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    // THEN it exits 1 within seconds, naming both servers
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        stdout.contains("✘ MongoDB at mongodb://127.0.0.1:1/ unreachable"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("✘ Kafka at 127.0.0.1:1 unreachable"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_config_error_exits_2_naming_the_field() {
+    let file = config_file(
+        "[mongodb]\nuri = \"mongodb://127.0.0.1:1\"\nbogus = 1\n[kafka]\nbootstrap_servers = \"x:1\"\n",
+    );
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("mongodb.bogus") || stderr.contains("unknown field `bogus`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_password_in_the_uri_never_reaches_the_output() {
+    let text = "[mongodb]\nuri = \"mongodb://app:hunter2secret@127.0.0.1:1/?directConnection=true\"\n\
+                [kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n\
+                \"sasl.password\" = \"kafkasecret9\"\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n";
+    let file = config_file(text);
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        !all.contains("hunter2secret") && !all.contains("kafkasecret9"),
+        "{all}"
+    );
+}

@@ -1,0 +1,205 @@
+//! Start, stop, crash and take-over: nothing is lost, offsets never regress, a second instance
+//! fences the first.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bson::doc;
+use mongo_kafka_bridge::BridgeError;
+use rand::Rng;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn ids(records: &[Received]) -> HashSet<i64> {
+    records
+        .iter()
+        .filter_map(|r| r.key.as_deref())
+        .filter_map(|k| serde_json::from_str::<serde_json::Value>(k).ok())
+        .filter_map(|k| {
+            let id = &k["_id"];
+            id["$numberInt"]
+                .as_str()
+                .or(id["$numberLong"].as_str())
+                .and_then(|s| s.parse().ok())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_restart_mid_stream_loses_nothing() {
+    // GIVEN a running bridge and 400 inserts under way
+    let db = unique("restart");
+    let topic = format!("{db}.t");
+    create_topic(&topic, 3).await;
+    let text = config_toml("restart", &db, Some("t"), "json = \"canonical\"\n");
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    let bridge = start_bridge(&text).await;
+    wait_offsets(&client, &db, "restart", WAIT, |d| {
+        d.contains_key("resumeToken")
+    })
+    .await;
+    for i in 0..400 {
+        coll.insert_one(doc! { "_id": i }).await.unwrap();
+    }
+    // WHEN it is stopped, more is written, and it starts again
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    for i in 400..800 {
+        coll.insert_one(doc! { "_id": i }).await.unwrap();
+    }
+    let bridge = start_bridge(&text).await;
+    // THEN all 800 documents are in Kafka, and a graceful stop produced no duplicates
+    let records = collect(&topic, 800, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(ids(&records), (0..800).collect::<HashSet<_>>());
+    assert_eq!(
+        records.len(),
+        800,
+        "a drained shutdown commits everything it delivered"
+    );
+    let offsets = offsets_doc(&client, &db, "restart").await.unwrap();
+    assert_eq!(offsets.get_i64("eventsCommitted").unwrap(), 800);
+    assert_eq!(
+        offsets.get_i64("epoch").unwrap(),
+        2,
+        "each start takes the pipeline once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_under_load_then_restart_delivers_every_write_at_least_once() {
+    // GIVEN the bridge binary under a steady insert load
+    let db = unique("crash");
+    let topic = format!("{db}.t");
+    create_topic(&topic, 3).await;
+    let file = config_file(&config_toml(
+        "crash",
+        &db,
+        Some("t"),
+        "json = \"canonical\"\n",
+    ));
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    let total: i64 = 3000;
+    // The first start commits its initial position before the load begins (start_at = now).
+    let mut child = spawn_binary(file.path());
+    wait_offsets(&client, &db, "crash", WAIT, |d| {
+        d.contains_key("resumeToken")
+    })
+    .await;
+    let writer = tokio::spawn(async move {
+        for i in 0..total {
+            coll.insert_one(doc! { "_id": i }).await.unwrap();
+        }
+    });
+    // WHEN it is killed with SIGKILL three times at random moments and restarted each time
+    for round in 0..3 {
+        if round > 0 {
+            child = spawn_binary(file.path());
+        }
+        let ms = rand::rng().random_range(700..1800);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    writer.await.unwrap();
+    let mut child = spawn_binary(file.path());
+    // THEN every write is in Kafka at least once
+    let records = collect(&topic, total as usize, WAIT).await;
+    let mut seen = ids(&records);
+    if seen.len() < total as usize {
+        let more = collect(
+            &topic,
+            records.len() + total as usize,
+            Duration::from_secs(10),
+        )
+        .await;
+        seen = ids(&more);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let missing: Vec<i64> = (0..total).filter(|i| !seen.contains(i)).collect();
+    assert!(
+        missing.is_empty(),
+        "missing {} writes, first {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    eprintln!("crash test: {total} writes, all delivered at least once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_instance_fences_the_first() {
+    // GIVEN instance A running the pipeline
+    let db = unique("fence");
+    let topic = format!("{db}.t");
+    create_topic(&topic, 1).await;
+    let text = config_toml("fence", &db, Some("t"), "");
+    let client = mongo().await;
+    let a = start_bridge(&text).await;
+    wait_offsets(&client, &db, "fence", WAIT, |d| {
+        d.get_i64("epoch") == Ok(1) && d.contains_key("resumeToken")
+    })
+    .await;
+    // WHEN instance B starts on the same pipeline
+    let b = start_bridge(&text).await;
+    wait_offsets(&client, &db, "fence", WAIT, |d| d.get_i64("epoch") == Ok(2)).await;
+    // THEN A stops with the fenced error within a few commit intervals, and B keeps delivering
+    let result = tokio::time::timeout(Duration::from_secs(20), a.wait())
+        .await
+        .expect("A stops");
+    assert!(
+        matches!(result, Err(BridgeError::Fenced { ref pipeline, epoch: 1 }) if pipeline == "fence"),
+        "{result:?}"
+    );
+    client
+        .database(&db)
+        .collection::<bson::Document>("t")
+        .insert_one(doc! { "_id": 7 })
+        .await
+        .unwrap();
+    let records = collect(&topic, 1, WAIT).await;
+    assert_eq!(
+        records[0].key.as_deref(),
+        Some(r#"{"_id":{"$numberInt":"7"}}"#)
+    );
+    b.shutdown();
+    b.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c27_an_idle_first_start_commits_so_writes_while_down_are_not_lost() {
+    // GIVEN an empty offsets collection and a bridge started on an idle collection
+    let db = unique("c27");
+    let topic = format!("{db}.orders");
+    create_topic(&topic, 1).await;
+    let text = config_toml("c27", &db, Some("orders"), "");
+    let client = mongo().await;
+    let bridge = start_bridge(&text).await;
+    // THEN a position is committed before any event exists
+    let first = wait_offsets(&client, &db, "c27", WAIT, |d| d.contains_key("resumeToken")).await;
+    assert_eq!(first.get_i64("eventsCommitted").unwrap(), 0);
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    // WHEN a document is written while the bridge is down, and it starts again
+    client
+        .database(&db)
+        .collection::<bson::Document>("orders")
+        .insert_one(doc! { "_id": 1 })
+        .await
+        .unwrap();
+    let bridge = start_bridge(&text).await;
+    // THEN that write is delivered
+    let records = collect(&topic, 1, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].key.as_deref(),
+        Some(r#"{"_id":{"$numberInt":"1"}}"#)
+    );
+}

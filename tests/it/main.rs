@@ -1,0 +1,11 @@
+//! Integration tests against real servers (`MONGODB_URI`, `KAFKA_BOOTSTRAP`; `scripts/test`
+//! starts local ones). Every test uses its own database, collection, topic and pipeline names,
+//! so tests run in parallel; tests that stop or freeze servers use their own named instances.
+
+#![allow(clippy::unwrap_used)]
+
+mod cases;
+mod check;
+mod lifecycle;
+mod replication;
+mod support;

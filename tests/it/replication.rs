@@ -1,0 +1,263 @@
+//! End to end through real servers: record format per operation type, per-document order across
+//! partitions, and the real sample documents read back byte for byte.
+
+use std::time::Duration;
+
+use bson::doc;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Starts a bridge for `db.coll` and waits until its initial position is committed.
+async fn bridge_on(name: &str, db: &str, coll: &str, extra: &str) -> mongo_kafka_bridge::Bridge {
+    let bridge = start_bridge(&config_toml(name, db, Some(coll), extra)).await;
+    let client = mongo().await;
+    wait_offsets(&client, db, name, WAIT, |d| d.contains_key("resumeToken")).await;
+    bridge
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_crud_operation_gives_the_documented_records() {
+    // GIVEN a bridge on db.orders, canonical JSON, whole change events, tombstones on
+    let db = unique("crud");
+    let topic = format!("{db}.orders");
+    create_topic(&topic, 3).await;
+    let bridge = bridge_on(
+        "crud",
+        &db,
+        "orders",
+        "json = \"canonical\"\nfull_document = \"update_lookup\"\n",
+    )
+    .await;
+    let coll = mongo()
+        .await
+        .database(&db)
+        .collection::<bson::Document>("orders");
+    // WHEN one document is inserted, updated, replaced and deleted
+    coll.insert_one(doc! { "_id": 1, "s": "a" }).await.unwrap();
+    coll.update_one(doc! { "_id": 1 }, doc! { "$set": { "s": "b" } })
+        .await
+        .unwrap();
+    coll.replace_one(doc! { "_id": 1 }, doc! { "s": "c" })
+        .await
+        .unwrap();
+    coll.delete_one(doc! { "_id": 1 }).await.unwrap();
+    // THEN five records arrive in order on one partition with the same key
+    let records = collect(&topic, 5, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(records.len(), 5, "{records:#?}");
+    let key = r#"{"_id":{"$numberInt":"1"}}"#;
+    assert!(
+        records
+            .iter()
+            .all(|r| r.key.as_deref() == Some(key) && r.partition == records[0].partition)
+    );
+    let ops: Vec<_> = records
+        .iter()
+        .map(|r| r.header("mongo.operation_type").unwrap())
+        .collect();
+    assert_eq!(ops, ["insert", "update", "replace", "delete", "delete"]);
+    assert_eq!(records[4].value, None, "the tombstone has a null value");
+    let insert = records[0].json();
+    assert_eq!(
+        insert["fullDocument"].to_string(),
+        r#"{"_id":{"$numberInt":"1"},"s":"a"}"#
+    );
+    assert_eq!(insert["documentKey"].to_string(), key);
+    assert_eq!(
+        insert["ns"].to_string(),
+        format!(r#"{{"db":"{db}","coll":"orders"}}"#)
+    );
+    assert_eq!(records[1].json()["fullDocument"]["s"], "b");
+    assert_eq!(
+        records[1].json()["updateDescription"]["updatedFields"].to_string(),
+        r#"{"s":"b"}"#
+    );
+    assert_eq!(
+        records[2].json()["fullDocument"].to_string(),
+        r#"{"_id":{"$numberInt":"1"},"s":"c"}"#
+    );
+    for r in &records[..4] {
+        let v = r.json();
+        assert_eq!(
+            r.header("mongo.namespace"),
+            Some(format!("{db}.orders").as_str())
+        );
+        assert_eq!(r.header("mongo.pipeline"), Some("crud"));
+        assert_eq!(r.header("mongo.resume_token"), v["_id"]["_data"].as_str());
+        let ts = &v["clusterTime"]["$timestamp"];
+        assert_eq!(
+            r.header("mongo.cluster_time"),
+            Some(format!("{}.{}", ts["t"], ts["i"]).as_str())
+        );
+        assert!(r.header("mongo.txn_number").is_none());
+    }
+    assert_eq!(
+        records[3].headers, records[4].headers,
+        "the tombstone repeats the delete's headers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drop_and_invalidate_are_published_and_a_recreated_collection_is_picked_up() {
+    // GIVEN a bridge on db.orders writing to one topic
+    let db = unique("drop");
+    let topic = format!("{db}-cdc");
+    create_topic(&topic, 1).await;
+    let extra = format!("topic = \"{topic}\"\njson = \"canonical\"\n");
+    let bridge = bridge_on("drop", &db, "orders", &extra).await;
+    let coll = mongo()
+        .await
+        .database(&db)
+        .collection::<bson::Document>("orders");
+    // WHEN a document is inserted, the collection dropped, and a document inserted again
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    coll.drop().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    coll.insert_one(doc! { "_id": 2 }).await.unwrap();
+    // THEN insert, drop, invalidate and the second insert arrive; drop/invalidate keyed by ns
+    let records = collect(&topic, 4, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    let ops: Vec<_> = records
+        .iter()
+        .map(|r| r.header("mongo.operation_type").unwrap())
+        .collect();
+    assert_eq!(
+        ops,
+        ["insert", "drop", "invalidate", "insert"],
+        "{records:#?}"
+    );
+    let ns_key = format!(r#"{{"db":"{db}","coll":"orders"}}"#);
+    assert_eq!(records[1].key.as_deref(), Some(ns_key.as_str()));
+    assert_eq!(
+        records[3].key.as_deref(),
+        Some(r#"{"_id":{"$numberInt":"2"}}"#)
+    );
+    let invalidate_key = records[2].key.as_deref().unwrap();
+    assert!(
+        invalidate_key == ns_key || invalidate_key == r#"{"pipeline":"drop"}"#,
+        "{invalidate_key}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_document_order_holds_across_three_partitions() {
+    // GIVEN a 3-partition topic and 150 documents
+    let db = unique("order");
+    let topic = format!("{db}.items");
+    create_topic(&topic, 3).await;
+    let bridge = bridge_on("order", &db, "items", "").await;
+    let coll = mongo()
+        .await
+        .database(&db)
+        .collection::<bson::Document>("items");
+    let keys = 150;
+    let rounds = 12;
+    coll.insert_many((0..keys).map(|k| doc! { "_id": k, "v": 0 }))
+        .await
+        .unwrap();
+    // WHEN every document is updated `rounds` times, interleaved across documents
+    for round in 1..=rounds {
+        for k in 0..keys {
+            coll.update_one(doc! { "_id": k }, doc! { "$set": { "v": round } })
+                .await
+                .unwrap();
+        }
+    }
+    // THEN each key's records sit on one partition with v = 0, 1, …, rounds in order
+    let total = (keys * (rounds + 1)) as usize;
+    let records = collect(&topic, total, Duration::from_secs(120)).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(records.len(), total);
+    let groups = by_key(&records);
+    assert_eq!(groups.len(), keys as usize);
+    let partitions: std::collections::HashSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert_eq!(partitions.len(), 3, "keys spread over every partition");
+    for (key, group) in groups {
+        assert!(
+            group.iter().all(|r| r.partition == group[0].partition),
+            "{key}"
+        );
+        let seen: Vec<i64> = group
+            .iter()
+            .map(|r| {
+                let v = r.json();
+                let v = if v["operationType"] == "insert" {
+                    &v["fullDocument"]["v"]
+                } else {
+                    &v["updateDescription"]["updatedFields"]["v"]
+                };
+                v.as_i64().unwrap()
+            })
+            .collect();
+        assert_eq!(seen, (0..=rounds as i64).collect::<Vec<_>>(), "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sample_documents_read_back_byte_for_byte_in_canonical_mode() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/sample");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!(
+            "skipped: {} is absent (only CI and developers have it)",
+            dir.display()
+        );
+        return;
+    };
+    let mut lines = Vec::new();
+    for entry in entries {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        lines.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned),
+        );
+    }
+    // GIVEN a bridge publishing fullDocument only, canonical
+    let db = unique("sample");
+    let topic = format!("{db}.docs");
+    create_topic(&topic, 3).await;
+    let bridge = bridge_on(
+        "sample",
+        &db,
+        "docs",
+        "json = \"canonical\"\nvalue = \"document\"\nfull_document = \"update_lookup\"\n",
+    )
+    .await;
+    // WHEN every sample line is inserted
+    let docs: Vec<bson::Document> = lines
+        .iter()
+        .map(|l| {
+            match bson::Bson::try_from(serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .unwrap()
+            {
+                bson::Bson::Document(d) => d,
+                other => panic!("not a document: {other:?}"),
+            }
+        })
+        .collect();
+    let coll = mongo()
+        .await
+        .database(&db)
+        .collection::<bson::Document>("docs");
+    for chunk in docs.chunks(500) {
+        coll.insert_many(chunk.to_vec()).await.unwrap();
+    }
+    // THEN each record's value is exactly the input line
+    let records = collect(&topic, lines.len(), Duration::from_secs(120)).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(records.len(), lines.len());
+    let mut expected: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let mut got: Vec<&str> = records
+        .iter()
+        .map(|r| r.value.as_deref().unwrap())
+        .collect();
+    expected.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, expected);
+}

@@ -1,0 +1,294 @@
+//! Test harness: servers from `MONGODB_URI` / `KAFKA_BOOTSTRAP` (defaults: the local
+//! `scripts/services` pair), unique names per test, a real Kafka consumer that collects records,
+//! and the bridge started in-process or as the built binary.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use mongo_kafka_bridge::{Bridge, Config};
+use mongodb::Client;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// MongoDB URI of the servers under test.
+pub fn mongo_uri() -> String {
+    std::env::var("MONGODB_URI")
+        .unwrap_or_else(|_| "mongodb://127.0.0.1:27018/?directConnection=true".to_owned())
+}
+
+/// Kafka bootstrap servers under test.
+pub fn kafka_bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19093".to_owned())
+}
+
+/// A name unique to this process and call, safe for databases and topics.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .subsec_nanos();
+    format!("{prefix}_{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// A MongoDB client for the test servers.
+pub async fn mongo() -> Client {
+    Client::with_uri_str(mongo_uri())
+        .await
+        .expect("valid MONGODB_URI")
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1) and waits until it is usable.
+pub async fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .create()
+        .expect("admin client");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create_topics request");
+    for r in results {
+        if let Err((name, code)) = r {
+            assert_eq!(
+                code,
+                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
+                "creating {name}"
+            );
+        }
+    }
+}
+
+/// A config TOML with one pipeline; `pipeline_extra` is appended inside `[[pipelines]]`.
+pub fn config_toml(name: &str, db: &str, coll: Option<&str>, pipeline_extra: &str) -> String {
+    let offsets_db = format!("{db}_offsets");
+    let coll_line = coll
+        .map(|c| format!("collection = \"{c}\"\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+[mongodb]
+uri = "{uri}"
+offsets_database = "{offsets_db}"
+
+[kafka]
+bootstrap_servers = "{kafka}"
+[kafka.properties]
+"linger.ms" = 5
+"message.timeout.ms" = 30000
+
+[bridge]
+commit_interval_ms = 200
+shutdown_timeout_ms = 10000
+max_await_time_ms = 200
+
+[metrics]
+listen = "127.0.0.1:0"
+
+[[pipelines]]
+name = "{name}"
+database = "{db}"
+{coll_line}{pipeline_extra}
+"#,
+        uri = mongo_uri(),
+        kafka = kafka_bootstrap(),
+    )
+}
+
+/// Parses a config from TOML text (no environment overrides).
+pub fn config(text: &str) -> Config {
+    Config::from_toml(text, std::iter::empty()).expect("test config is valid")
+}
+
+/// Starts the bridge in-process.
+pub async fn start_bridge(text: &str) -> Bridge {
+    Bridge::start(config(text)).await.expect("bridge starts")
+}
+
+/// Reads the offsets document of `pipeline`.
+pub async fn offsets_doc(client: &Client, db: &str, pipeline: &str) -> Option<bson::Document> {
+    client
+        .database(&format!("{db}_offsets"))
+        .collection::<bson::Document>("offsets")
+        .find_one(bson::doc! { "_id": pipeline })
+        .await
+        .expect("read offsets")
+}
+
+/// Waits until `check` holds on the offsets document, or panics after `timeout`.
+pub async fn wait_offsets(
+    client: &Client,
+    db: &str,
+    pipeline: &str,
+    timeout: Duration,
+    check: impl Fn(&bson::Document) -> bool,
+) -> bson::Document {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(doc) = offsets_doc(client, db, pipeline).await
+            && check(&doc)
+        {
+            return doc;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "offsets of {pipeline} did not reach the expected state"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One record as a consumer saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub value: Option<String>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Received {
+    /// The value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+    /// The value parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.value.as_deref().expect("record has a value"))
+            .expect("JSON value")
+    }
+}
+
+/// Reads every partition of `topic` from the beginning (no consumer group) until `count`
+/// records arrived or `timeout` passed; returns them ordered by partition, then offset.
+pub async fn collect(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || collect_blocking(&topic, count, timeout))
+        .await
+        .expect("collector thread")
+}
+
+fn collect_blocking(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", unique("collector"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("consumer");
+    let deadline = Instant::now() + timeout;
+    let partitions = loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5));
+        if let Ok(md) = md {
+            let n = md.topics().first().map_or(0, |t| t.partitions().len());
+            if n > 0 {
+                break n as i32;
+            }
+        }
+        if Instant::now() > deadline {
+            return Vec::new();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    while out.len() < count && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).expect("UTF-8"));
+            let headers = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_owned(), text(h.value).unwrap_or_default()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Received {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: text(m.key()),
+                value: text(m.payload()),
+                headers,
+            });
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// Records grouped by key, each group in partition order (= delivery order per key).
+pub fn by_key(records: &[Received]) -> HashMap<String, Vec<&Received>> {
+    let mut map: HashMap<String, Vec<&Received>> = HashMap::new();
+    for r in records {
+        map.entry(r.key.clone().unwrap_or_default())
+            .or_default()
+            .push(r);
+    }
+    map
+}
+
+/// The built binary.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mongo-kafka-bridge"))
+}
+
+/// Writes `text` to a temp file and returns its path (kept alive by the returned guard).
+pub fn config_file(text: &str) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut file = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp file");
+    file.write_all(text.as_bytes()).expect("write config");
+    file
+}
+
+/// Starts `mongo-kafka-bridge run --config FILE` as a child process, its logs appended to
+/// `<config>.log` (a pipe nobody reads would block the child once full).
+pub fn spawn_binary(config: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(config.with_extension("log"))
+        .expect("log file");
+    Command::new(binary())
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn the bridge binary")
+}
+
+/// Whether the servers are ours to stop and restart (scripts/test started them).
+pub fn services_managed() -> Option<PathBuf> {
+    if std::env::var("MKB_SERVICES_MANAGED").ok().as_deref() != Some("1") {
+        eprintln!(
+            "skipped: servers are external (MKB_SERVICES_MANAGED unset); fault tests need their own instances"
+        );
+        return None;
+    }
+    std::env::var("MKB_SERVICES_SCRIPT").ok().map(PathBuf::from)
+}
