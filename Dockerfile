@@ -1,12 +1,16 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: dependencies are compiled in their own layer, the runtime is Debian slim
-# with CA certificates, running as a non-root user.
+# Multi-stage build: dependencies are compiled in their own cached layer (only Cargo.toml and
+# Cargo.lock invalidate it), the runtime is Debian slim with CA certificates, running as a
+# non-root user, with a HEALTHCHECK on /healthz.
 FROM rust:1.88-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && echo '' > src/lib.rs \
-    && cargo build --release --locked && rm -rf src
+# Stub every target the manifest names, so that the dependency layer builds without the sources.
+RUN mkdir -p src benches bench/src \
+    && echo 'fn main() {}' > src/main.rs && echo '' > src/lib.rs \
+    && echo 'fn main() {}' > benches/encode.rs && echo 'fn main() {}' > bench/src/main.rs \
+    && cargo build --release --locked --bin mongo-kafka-bridge && rm -rf src
 COPY src ./src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin mongo-kafka-bridge
 
@@ -14,9 +18,9 @@ FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 bridge
 COPY --from=build /src/target/release/mongo-kafka-bridge /usr/local/bin/mongo-kafka-bridge
-USER bridge
+USER 10001
 ENV MONGO_KAFKA_BRIDGE__METRICS__LISTEN=0.0.0.0:9464
 EXPOSE 9464
 HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD curl -fsS http://127.0.0.1:9464/healthz || exit 1
 ENTRYPOINT ["mongo-kafka-bridge"]
-CMD ["run", "--config", "/etc/mongo-kafka-bridge/config.toml"]
+CMD ["run", "--config", "/etc/mongo-kafka-bridge/config.toml", "--no-status"]

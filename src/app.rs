@@ -114,6 +114,11 @@ impl Bridge {
             };
             set.spawn(pipeline::run(ctx, cancel.child_token()));
         }
+        tokio::spawn(crate::history::run(
+            client.clone(),
+            metrics.clone(),
+            cancel.child_token(),
+        ));
         let task = tokio::spawn(supervise(set, cancel.clone(), client));
         Ok(Self {
             metrics_addr,
@@ -179,7 +184,17 @@ fn hostname() -> String {
 
 /// Runs the bridge until `shutdown` resolves or a pipeline fails fatally.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), BridgeError> {
+    run_observed(config, shutdown, |_| ()).await
+}
+
+/// Like [`run`], calling `observe` once the bridge started (e.g. to show a live status).
+pub async fn run_observed(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    observe: impl FnOnce(&Bridge),
+) -> Result<(), BridgeError> {
     let bridge = Bridge::start(config).await?;
+    observe(&bridge);
     let cancel = bridge.cancel.clone();
     let health = bridge.health();
     tokio::select! {
@@ -190,5 +205,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
         () = cancel.cancelled() => {}
     }
-    bridge.wait().await
+    let result = bridge.wait().await;
+    match &result {
+        Ok(()) => info!("bridge stopped: every pipeline drained and committed its safe position"),
+        Err(_) => info!("bridge stopped after a fatal error"),
+    }
+    result
 }

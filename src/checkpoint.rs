@@ -195,6 +195,16 @@ impl OffsetsStore {
         self.update(epoch, update).await
     }
 
+    /// Moves the position to `at` on purpose (history-loss policy `skip`): the token is removed
+    /// and the next start uses `startAtOperationTime: at`.
+    pub async fn reset_to(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
+        let update = doc! {
+            "$set": { "startAtOperationTime": at, "positionTime": at, "updatedAt": DateTime::now() },
+            "$unset": { "resumeToken": "" },
+        };
+        self.update(epoch, update).await
+    }
+
     /// Refreshes `leaseUntil` only.
     pub async fn renew(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(epoch, doc! { "$set": { "leaseUntil": self.lease_until() } })
@@ -248,9 +258,7 @@ pub async fn run_checkpointer(
                 store.commit(epoch, p, delta).await.map(|()| {
                     committed_events = p.event_count;
                     dirty = false;
-                    if let Some(ts) = p.cluster_time {
-                        metrics.checkpoint_timestamp.set(f64::from(ts.time));
-                    }
+                    metrics.committed(p.cluster_time, p.position_time);
                     "ok"
                 })
             }

@@ -60,8 +60,8 @@ pub struct MongoConfig {
     pub offsets_collection: String,
 }
 
-/// `[kafka]`.
-#[derive(Debug, Clone, Deserialize)]
+/// `[kafka]`. Its `Debug` masks secret properties (`*password*`, `*secret*`, `*jaas*`).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// librdkafka `bootstrap.servers`, e.g. `127.0.0.1:9092`.
@@ -72,6 +72,28 @@ pub struct KafkaConfig {
     /// Any librdkafka producer property; the ones that would break the guarantees are rejected.
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let properties: BTreeMap<&str, String> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                let shown = if rules::is_secret_property(k) {
+                    "***".to_owned()
+                } else {
+                    v.to_string()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("properties", &properties)
+            .finish()
+    }
 }
 
 /// A librdkafka property value as written in TOML (librdkafka takes strings).
@@ -147,7 +169,8 @@ pub enum ValueMode {
 pub enum OnHistoryLost {
     /// Stop with an actionable error; the offset is left as is.
     Fail,
-    /// Restart at now and publish a gap marker (not available in this version).
+    /// Restart at the current cluster time and publish a gap marker record to every partition
+    /// of every topic the pipeline writes, so every consumer group learns of the gap.
     Skip,
     /// Re-snapshot (not available in this version).
     Snapshot,
@@ -159,7 +182,8 @@ pub enum OnHistoryLost {
 pub enum OnOversize {
     /// Stop the pipeline with an actionable error.
     Fail,
-    /// Publish a stub to `dead_letter_topic` (not available in this version).
+    /// Publish a small stub (key, headers, `mongo.error`, size, reason) to `dead_letter_topic`
+    /// instead; the event then counts as delivered.
     DeadLetter,
 }
 

@@ -21,6 +21,25 @@ use crate::config::{PipelineConfig, ValueMode};
 use crate::event::{ChangeEventView, format_timestamp};
 use crate::extjson::{self, JsonMode};
 
+/// Every header name the bridge writes.
+pub const HEADER_NAMES: [&str; 10] = [
+    "mongo.operation_type",
+    "mongo.namespace",
+    "mongo.resume_token",
+    "mongo.cluster_time",
+    "mongo.wall_time",
+    "mongo.txn_number",
+    "mongo.lsid",
+    "mongo.pipeline",
+    "mongo.error",
+    "mongo.split_event",
+];
+
+/// The `'static` spelling of a header name the bridge writes, if `name` is one.
+pub fn header_name(name: &str) -> Option<&'static str> {
+    HEADER_NAMES.iter().copied().find(|n| *n == name)
+}
+
 /// One Kafka record, ready to enqueue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {

@@ -19,10 +19,14 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub const CODE_HISTORY_LOST: i32 = 286;
 /// `ChangeStreamFatalError`: the stream cannot be resumed (e.g. the token's event is gone).
 pub const CODE_CHANGE_STREAM_FATAL: i32 = 280;
-/// Codes of errors where the server refused the command for lack of privileges or credentials.
-const AUTH_CODES: [i32; 3] = [13, 18, 11];
-/// Codes of errors in the user's pipeline or options: retrying cannot help.
-const BAD_REQUEST_CODES: [i32; 10] = [2, 9, 14, 15, 17, 40324, 40415, 40573, 16436, 10065];
+/// Server error codes that a restart from the committed token can outlive: the change streams
+/// spec's resumable codes (for servers without error labels), retryable-write codes, and
+/// write-concern / time-limit errors of the offsets writes. Any other server error is fatal, so
+/// an unwatchable namespace or a bad stage fails at once instead of retrying forever (C23).
+const TRANSIENT_CODES: [i32; 23] = [
+    6, 7, 43, 50, 63, 64, 89, 91, 133, 150, 189, 234, 262, 9001, 10058, 10107, 11600, 11601, 11602,
+    13388, 13435, 13436, 11000,
+];
 
 /// Whether a failure is worth a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,13 +178,20 @@ impl BridgeError {
     }
 }
 
-/// True when the server says the resume point is gone (286, 280, or the
-/// `NonResumableChangeStreamError` label together with one of those codes).
-pub fn is_history_lost(error: &MongoError) -> bool {
-    matches!(
-        server_code(error),
-        Some(CODE_HISTORY_LOST | CODE_CHANGE_STREAM_FATAL)
-    )
+/// True when the server says the resume point is no longer in the oplog (286). When
+/// `at_open` (the `aggregate` that resumes from a token), 280 also means the token's own event
+/// is gone (case C01); later, 280 has other causes (e.g. a required image is missing).
+pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
+    match server_code(error) {
+        Some(CODE_HISTORY_LOST) => true,
+        Some(CODE_CHANGE_STREAM_FATAL) => at_open,
+        _ => false,
+    }
+}
+
+/// The server's error code, if the error came from a server reply.
+pub fn mongo_code(error: &MongoError) -> Option<i32> {
+    server_code(error)
 }
 
 fn server_code(error: &MongoError) -> Option<i32> {
@@ -194,7 +205,7 @@ fn server_code(error: &MongoError) -> Option<i32> {
 
 /// Classifies a MongoDB driver error by kind, code and label.
 pub fn classify_mongo(error: &MongoError) -> ErrorClass {
-    if error.contains_label("NonResumableChangeStreamError") || is_history_lost(error) {
+    if error.contains_label("NonResumableChangeStreamError") || is_history_lost(error, true) {
         return ErrorClass::Fatal;
     }
     if error.contains_label("ResumableChangeStreamError")
@@ -209,16 +220,16 @@ pub fn classify_mongo(error: &MongoError) -> ErrorClass {
     {
         return ErrorClass::Transient;
     }
-    match error.kind.as_ref() {
-        MongoErrorKind::Authentication { .. }
-        | MongoErrorKind::InvalidArgument { .. }
-        | MongoErrorKind::InvalidTlsConfig { .. } => ErrorClass::Fatal,
-        _ => match server_code(error) {
-            Some(code) if AUTH_CODES.contains(&code) || BAD_REQUEST_CODES.contains(&code) => {
-                ErrorClass::Fatal
-            }
-            _ => ErrorClass::Transient,
-        },
+    match (error.kind.as_ref(), server_code(error)) {
+        (
+            MongoErrorKind::Authentication { .. }
+            | MongoErrorKind::InvalidArgument { .. }
+            | MongoErrorKind::InvalidTlsConfig { .. },
+            _,
+        ) => ErrorClass::Fatal,
+        (_, Some(code)) if TRANSIENT_CODES.contains(&code) => ErrorClass::Transient,
+        (_, Some(_)) => ErrorClass::Fatal,
+        (_, None) => ErrorClass::Transient,
     }
 }
 
@@ -289,8 +300,10 @@ mod tests {
     fn history_lost_codes_are_fatal() {
         assert_eq!(classify_mongo(&command_error(286, &[])), ErrorClass::Fatal);
         assert_eq!(classify_mongo(&command_error(280, &[])), ErrorClass::Fatal);
-        assert!(is_history_lost(&command_error(286, &[])));
-        assert!(!is_history_lost(&command_error(43, &[])));
+        assert!(is_history_lost(&command_error(286, &[]), false));
+        assert!(is_history_lost(&command_error(280, &[]), true));
+        assert!(!is_history_lost(&command_error(280, &[]), false));
+        assert!(!is_history_lost(&command_error(43, &[]), true));
     }
 
     #[test]
@@ -306,7 +319,7 @@ mod tests {
 
     #[test]
     fn auth_and_bad_pipeline_are_fatal() {
-        for code in [13, 18, 40324, 15] {
+        for code in [13, 18, 40324, 15, 166, 72, 47, 2, 8000] {
             assert_eq!(
                 classify_mongo(&command_error(code, &[])),
                 ErrorClass::Fatal,

@@ -1,14 +1,19 @@
-//! The `mongo-kafka-bridge` binary: parses arguments, loads the configuration, runs a command.
+//! The `mongo-kafka-bridge` binary: parses arguments, loads the configuration, runs a command
+//! (`run`, `check`, `offsets list | show | reset`).
 //!
-//! Exit codes: 0 clean shutdown or all checks passed; 1 a fatal error or a failed check;
-//! 2 a configuration error. A second SIGINT/SIGTERM exits at once with 130, which is safe:
-//! nothing undelivered was ever committed.
+//! Exit codes: 0 clean shutdown, all checks passed or the offsets command done; 1 a fatal
+//! error, a failed check, or an offsets command refused or failed; 2 a configuration error. A
+//! second SIGINT/SIGTERM exits at once with 130, which is safe: nothing undelivered was ever
+//! committed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use mongo_kafka_bridge::error::{BridgeError, report};
+use mongo_kafka_bridge::offsets_cli::{self, OffsetsCommand, ResetTo};
+use mongo_kafka_bridge::status::{self, Status};
 use mongo_kafka_bridge::telemetry::{self, LogFormat};
 use mongo_kafka_bridge::{Config, app, check};
 
@@ -26,25 +31,88 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run every [[pipelines]] entry until SIGTERM/SIGINT.
+    /// Run every [[pipelines]] entry until SIGTERM/SIGINT (a live status when stdout is a
+    /// terminal).
     Run {
         /// Path of the TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Never draw the live status, even on a terminal.
+        #[arg(long)]
+        no_status: bool,
     },
-    /// Validate the configuration and check MongoDB and Kafka; one ✔/✘ line per check.
+    /// Preflight: configuration, MongoDB, Kafka, privileges, oplog window, offsets, sizes; one
+    /// ✔/✘ line per check.
     Check {
         /// Path of the TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Fail when the oplog window is shorter than this many hours (0: only report it).
+        #[arg(long, default_value_t = 0.0)]
+        min_oplog_window_hours: f64,
     },
+    /// Inspect or move the committed positions in the offsets collection.
+    Offsets {
+        /// Path of the TOML configuration file.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        command: OffsetsArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OffsetsArgs {
+    /// One line per offsets document (and per configured pipeline without one).
+    List,
+    /// Every field of one pipeline's offsets document.
+    Show {
+        /// Pipeline name.
+        name: String,
+    },
+    /// Move a pipeline's position (no token; it starts there next time) or delete it. Refused
+    /// while a live instance holds the pipeline, unless --force.
+    Reset(ResetArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["to_now", "to_timestamp", "delete"])))]
+struct ResetArgs {
+    /// Pipeline name.
+    name: String,
+    /// Start at the deployment's current cluster time (the changes until now are skipped).
+    #[arg(long)]
+    to_now: bool,
+    /// Start at this cluster time: RFC 3339, <seconds>.<increment> or Unix seconds.
+    #[arg(long, value_name = "T")]
+    to_timestamp: Option<String>,
+    /// Delete the document: the next start follows the pipeline's `start_at`.
+    #[arg(long)]
+    delete: bool,
+    /// Proceed although a live instance holds the pipeline (it will be fenced and stop).
+    #[arg(long)]
+    force: bool,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format);
+    let live_status = match &cli.command {
+        Command::Run { no_status, .. } if !no_status && status::wanted() => Some(Status::new()),
+        _ => None,
+    };
+    match &live_status {
+        Some(s) => telemetry::init_with_writer(cli.log_format, s.log_writer()),
+        None => telemetry::init(cli.log_format),
+    }
     let path = match &cli.command {
-        Command::Run { config } | Command::Check { config } => config.clone(),
+        Command::Run { config, .. } | Command::Check { config, .. } => config.clone(),
+        Command::Offsets {
+            config: Some(c), ..
+        } => c.clone(),
+        Command::Offsets { config: None, .. } => {
+            eprintln!("error: --config FILE is required");
+            return ExitCode::from(2);
+        }
     };
     let config = match Config::load(&path) {
         Ok(c) => c,
@@ -63,8 +131,22 @@ fn main() -> ExitCode {
     let secrets = config.secrets();
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let result = match cli.command {
-        Command::Run { .. } => runtime.block_on(run(config)),
-        Command::Check { .. } => return runtime.block_on(run_check(config, &secrets)),
+        Command::Run { .. } => runtime.block_on(run(config, live_status)),
+        Command::Check {
+            min_oplog_window_hours,
+            ..
+        } => {
+            let options = check::CheckOptions {
+                min_oplog_window: Duration::from_secs_f64(min_oplog_window_hours.max(0.0) * 3600.0),
+            };
+            return runtime.block_on(run_check(config, &options, &secrets));
+        }
+        Command::Offsets { command, .. } => {
+            let Some(command) = offsets_command(command) else {
+                return ExitCode::from(2);
+            };
+            return runtime.block_on(run_offsets(config, command, &secrets));
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,13 +161,22 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), BridgeError> {
+async fn run(config: Config, live_status: Option<Status>) -> Result<(), BridgeError> {
     tracing::info!(config = ?config, "starting");
-    app::run(config, shutdown_signal()).await
+    let names: Vec<String> = config.pipelines.iter().map(|p| p.name.clone()).collect();
+    let stop_status = tokio_util::sync::CancellationToken::new();
+    let result = app::run_observed(config, shutdown_signal(), |bridge| {
+        if let Some(s) = &live_status {
+            s.start(bridge.metrics().clone(), names, stop_status.clone());
+        }
+    })
+    .await;
+    stop_status.cancel();
+    result
 }
 
-async fn run_check(config: Config, secrets: &[&str]) -> ExitCode {
-    match check::run(&config).await {
+async fn run_check(config: Config, options: &check::CheckOptions, secrets: &[&str]) -> ExitCode {
+    match check::run_with(&config, options).await {
         Ok(lines) => {
             for line in &lines {
                 println!("{line}");
@@ -99,6 +190,47 @@ async fn run_check(config: Config, secrets: &[&str]) -> ExitCode {
         Err(e) => {
             eprintln!("error: {}", report(&e, secrets));
             ExitCode::from(2)
+        }
+    }
+}
+
+fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
+    Some(match args {
+        OffsetsArgs::List => OffsetsCommand::List,
+        OffsetsArgs::Show { name } => OffsetsCommand::Show { name },
+        OffsetsArgs::Reset(r) => {
+            let to = match (r.to_now, r.to_timestamp, r.delete) {
+                (true, _, _) => ResetTo::Now,
+                (_, Some(t), _) => match offsets_cli::parse_timestamp(&t) {
+                    Ok(ts) => ResetTo::Timestamp(ts),
+                    Err(e) => {
+                        eprintln!("error: --to-timestamp: {e}");
+                        return None;
+                    }
+                },
+                _ => ResetTo::Delete,
+            };
+            OffsetsCommand::Reset {
+                name: r.name,
+                to,
+                force: r.force,
+            }
+        }
+    })
+}
+
+async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) -> ExitCode {
+    let mut out = std::io::stdout();
+    match offsets_cli::run(&config, &command, &mut out).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e @ BridgeError::Config { .. }) => {
+            eprintln!("error: {}", report(&e, secrets));
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {}", report(&e, secrets));
+            ExitCode::from(1)
         }
     }
 }

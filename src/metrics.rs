@@ -2,13 +2,26 @@
 //!
 //! Invariants: names carry the `mongo_kafka_bridge_` prefix and base units, counters end in
 //! `_total`, and labels are bounded sets (pipeline names from the config, operation types, topic
-//! names, error kinds) — never a document id, a token or an error message.
+//! names, librdkafka error-code names, error kinds) — never a document id, a token or an error
+//! message. A value the bridge cannot know is an absent series, never a made-up number (e.g.
+//! [`HISTORY_HEADROOM`] when the server does not report its oldest oplog entry).
 //! Naming follows <https://prometheus.io/docs/practices/naming/>.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+mod families;
+mod handles;
+pub mod librdkafka;
+pub mod read;
+
+use families::{counter, float_gauge, gauge, histogram, seconds_buckets};
+pub use handles::{PipelineMetrics, TopicMetrics};
+pub use librdkafka::StatsContext;
 
 /// Change events read, by `pipeline`, `operation_type`.
 pub const SOURCE_EVENTS: &str = "mongo_kafka_bridge_source_events_total";
@@ -16,38 +29,91 @@ pub const SOURCE_EVENTS: &str = "mongo_kafka_bridge_source_events_total";
 pub const SOURCE_BYTES: &str = "mongo_kafka_bridge_source_bytes_total";
 /// Post-batch resume tokens taken as positions, by `pipeline`.
 pub const SOURCE_WATERMARKS: &str = "mongo_kafka_bridge_source_watermarks_total";
-/// Records handed to librdkafka, by `pipeline`.
+/// Records handed to librdkafka, by `pipeline`, `topic`.
 pub const MESSAGES_ENQUEUED: &str = "mongo_kafka_bridge_kafka_messages_enqueued_total";
-/// Records acknowledged by the broker, by `pipeline`, `operation_type`.
+/// Records acknowledged by the broker, by `pipeline`, `topic`, `operation_type`.
 pub const MESSAGES_DELIVERED: &str = "mongo_kafka_bridge_kafka_messages_delivered_total";
-/// Records Kafka did not acknowledge, by `pipeline`, `error_code`.
+/// Records Kafka did not acknowledge, by `pipeline`, `topic`, `error_code` (librdkafka code
+/// name, or `cancelled` / `dead_lettered`).
 pub const DELIVERY_ERRORS: &str = "mongo_kafka_bridge_kafka_delivery_errors_total";
 /// Times librdkafka's queue was full and the relay waited, by `pipeline`.
 pub const QUEUE_FULL: &str = "mongo_kafka_bridge_kafka_queue_full_total";
-/// Seconds from enqueue to delivery of an event's records, by `pipeline`.
+/// Seconds from enqueue to delivery of an event's records, by `pipeline`, `topic`.
 pub const DELIVERY_DURATION: &str = "mongo_kafka_bridge_kafka_delivery_duration_seconds";
+/// Seconds from an event's `wallTime` (else its `clusterTime`) to its delivery, by `pipeline`.
+pub const END_TO_END_LATENCY: &str = "mongo_kafka_bridge_end_to_end_latency_seconds";
 /// Events enqueued and not yet delivered, by `pipeline`.
 pub const IN_FLIGHT_EVENTS: &str = "mongo_kafka_bridge_in_flight_messages";
 /// Bytes of records enqueued and not yet delivered, by `pipeline`.
 pub const IN_FLIGHT_BYTES: &str = "mongo_kafka_bridge_in_flight_bytes";
-/// Offsets writes, by `pipeline`, `outcome` (`ok`, `error`, `lease`).
+/// Offsets writes, by `pipeline`, `outcome` (`ok`, `error`, `lease` = nothing new, lease renewed).
 pub const CHECKPOINT_COMMITS: &str = "mongo_kafka_bridge_checkpoint_commits_total";
 /// Seconds an offsets write took, by `pipeline`.
 pub const CHECKPOINT_DURATION: &str = "mongo_kafka_bridge_checkpoint_commit_duration_seconds";
-/// `clusterTime` of the committed position (Unix seconds), by `pipeline`.
+/// `clusterTime` of the last committed event (Unix seconds), by `pipeline`.
 pub const CHECKPOINT_TIMESTAMP: &str = "mongo_kafka_bridge_checkpoint_timestamp_seconds";
+/// Now minus the cluster time of the committed position (`positionTime`), seconds, by
+/// `pipeline`; computed at scrape time, so it grows while commits stall.
+pub const CHECKPOINT_LAG: &str = "mongo_kafka_bridge_checkpoint_lag_seconds";
 /// Now minus the `clusterTime` of the last event read (seconds), by `pipeline`.
 pub const SOURCE_LAG: &str = "mongo_kafka_bridge_source_lag_seconds";
+/// The committed position's cluster time minus the oldest oplog entry's (seconds), by
+/// `pipeline`: the oplog window minus the committed position's age. Absent when the server
+/// does not report its oldest entry.
+pub const HISTORY_HEADROOM: &str = "mongo_kafka_bridge_history_headroom_seconds";
+/// Newest minus oldest oplog entry time (seconds), as last sampled. Absent when unknown.
+pub const HISTORY_WINDOW: &str = "mongo_kafka_bridge_history_window_seconds";
 /// Errors, by `pipeline`, `stage`, `class`.
 pub const ERRORS: &str = "mongo_kafka_bridge_errors_total";
 /// Pipeline restarts, by `pipeline`, `reason`.
 pub const RESTARTS: &str = "mongo_kafka_bridge_pipeline_restarts_total";
 /// 1 while the pipeline's change stream is open, by `pipeline`.
 pub const STREAM_OPEN: &str = "mongo_kafka_bridge_stream_open";
+/// librdkafka `msg_cnt`: records in the producer's queues, by `pipeline`.
+pub const RDKAFKA_QUEUE_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_queue_messages";
+/// librdkafka `msg_size`: bytes of records in the producer's queues, by `pipeline`.
+pub const RDKAFKA_QUEUE_BYTES: &str = "mongo_kafka_bridge_rdkafka_queue_bytes";
+/// librdkafka `outbuf_msg_cnt` summed over brokers: records awaiting transmission.
+pub const RDKAFKA_OUTBUF_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_outbuf_messages";
+/// librdkafka `waitresp_msg_cnt` summed over brokers: records sent, awaiting a response.
+pub const RDKAFKA_WAITRESP_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_waitresp_messages";
+/// librdkafka `txretries` summed over brokers: produce request retries, by `pipeline`.
+pub const RDKAFKA_RETRIES: &str = "mongo_kafka_bridge_rdkafka_retries_total";
 /// Constant 1 with `version` and `git_sha`.
 pub const BUILD_INFO: &str = "mongo_kafka_bridge_build_info";
 
-/// All metric families, registered in one (non-global) registry.
+/// Every metric name this crate exports (alerts and dashboards may only use these).
+pub const ALL: [&str; 27] = [
+    SOURCE_EVENTS,
+    SOURCE_BYTES,
+    SOURCE_WATERMARKS,
+    MESSAGES_ENQUEUED,
+    MESSAGES_DELIVERED,
+    DELIVERY_ERRORS,
+    QUEUE_FULL,
+    DELIVERY_DURATION,
+    END_TO_END_LATENCY,
+    IN_FLIGHT_EVENTS,
+    IN_FLIGHT_BYTES,
+    CHECKPOINT_COMMITS,
+    CHECKPOINT_DURATION,
+    CHECKPOINT_TIMESTAMP,
+    CHECKPOINT_LAG,
+    SOURCE_LAG,
+    HISTORY_HEADROOM,
+    HISTORY_WINDOW,
+    ERRORS,
+    RESTARTS,
+    STREAM_OPEN,
+    RDKAFKA_QUEUE_MESSAGES,
+    RDKAFKA_QUEUE_BYTES,
+    RDKAFKA_OUTBUF_MESSAGES,
+    RDKAFKA_WAITRESP_MESSAGES,
+    RDKAFKA_RETRIES,
+    BUILD_INFO,
+];
+
+/// All metric families, registered in one (non-global) registry. Cheap to clone (handles).
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
@@ -59,48 +125,24 @@ pub struct Metrics {
     delivery_errors: IntCounterVec,
     queue_full: IntCounterVec,
     delivery_duration: HistogramVec,
+    end_to_end: HistogramVec,
     in_flight_events: IntGaugeVec,
     in_flight_bytes: IntGaugeVec,
     commits: IntCounterVec,
     commit_duration: HistogramVec,
     checkpoint_timestamp: GaugeVec,
+    checkpoint_lag: GaugeVec,
     source_lag: GaugeVec,
+    history_headroom: GaugeVec,
+    history_window: GaugeVec,
     errors: IntCounterVec,
     restarts: IntCounterVec,
     stream_open: IntGaugeVec,
-}
-
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("metric names are valid");
-    r.register(Box::new(c.clone()))
-        .expect("each metric is registered once");
-    c
-}
-
-fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), &["pipeline"]).expect("metric names are valid");
-    r.register(Box::new(g.clone()))
-        .expect("each metric is registered once");
-    g
-}
-
-fn float_gauge(r: &Registry, name: &str, help: &str) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), &["pipeline"]).expect("metric names are valid");
-    r.register(Box::new(g.clone()))
-        .expect("each metric is registered once");
-    g
-}
-
-fn histogram(r: &Registry, name: &str, help: &str) -> HistogramVec {
-    let buckets = prometheus::exponential_buckets(0.001, 2.0, 17).expect("valid bucket layout");
-    let h = HistogramVec::new(
-        HistogramOpts::new(name, help).buckets(buckets),
-        &["pipeline"],
-    )
-    .expect("metric names are valid");
-    r.register(Box::new(h.clone()))
-        .expect("each metric is registered once");
-    h
+    rdkafka: librdkafka::Families,
+    /// Committed position time (Unix seconds) per pipeline, for the scrape-time lag and headroom.
+    committed: Arc<Mutex<HashMap<String, f64>>>,
+    /// Oldest and newest oplog entry times (Unix seconds), when the server reports them.
+    oplog: Arc<Mutex<Option<(f64, f64)>>>,
 }
 
 impl Default for Metrics {
@@ -127,6 +169,12 @@ impl Metrics {
                 option_env!("MKB_GIT_SHA").unwrap_or("unknown"),
             ])
             .set(1);
+        let pt = &["pipeline", "topic"];
+        let history_window =
+            GaugeVec::new(Opts::new(HISTORY_WINDOW, "Oplog window, seconds."), &[])
+                .expect("metric names are valid");
+        r.register(Box::new(history_window.clone()))
+            .expect("each metric is registered once");
         Self {
             source_events: counter(
                 &r,
@@ -136,21 +184,34 @@ impl Metrics {
             ),
             source_bytes: counter(&r, SOURCE_BYTES, "Change event bytes read.", p),
             source_watermarks: counter(&r, SOURCE_WATERMARKS, "Post-batch resume tokens taken.", p),
-            enqueued: counter(&r, MESSAGES_ENQUEUED, "Records handed to librdkafka.", p),
+            enqueued: counter(&r, MESSAGES_ENQUEUED, "Records handed to librdkafka.", pt),
             delivered: counter(
                 &r,
                 MESSAGES_DELIVERED,
                 "Records acknowledged by Kafka.",
-                &["pipeline", "operation_type"],
+                &["pipeline", "topic", "operation_type"],
             ),
             delivery_errors: counter(
                 &r,
                 DELIVERY_ERRORS,
                 "Records Kafka did not acknowledge.",
-                &["pipeline", "error_code"],
+                &["pipeline", "topic", "error_code"],
             ),
             queue_full: counter(&r, QUEUE_FULL, "Waits on a full librdkafka queue.", p),
-            delivery_duration: histogram(&r, DELIVERY_DURATION, "Enqueue to delivery, seconds."),
+            delivery_duration: histogram(
+                &r,
+                DELIVERY_DURATION,
+                "Enqueue to delivery, seconds.",
+                pt,
+                seconds_buckets(17),
+            ),
+            end_to_end: histogram(
+                &r,
+                END_TO_END_LATENCY,
+                "Event wallTime (else clusterTime) to delivery, seconds.",
+                p,
+                seconds_buckets(20),
+            ),
             in_flight_events: gauge(&r, IN_FLIGHT_EVENTS, "Events enqueued, not yet delivered."),
             in_flight_bytes: gauge(
                 &r,
@@ -163,17 +224,34 @@ impl Metrics {
                 "Offsets writes.",
                 &["pipeline", "outcome"],
             ),
-            commit_duration: histogram(&r, CHECKPOINT_DURATION, "Offsets write duration, seconds."),
+            commit_duration: histogram(
+                &r,
+                CHECKPOINT_DURATION,
+                "Offsets write duration, seconds.",
+                p,
+                seconds_buckets(17),
+            ),
             checkpoint_timestamp: float_gauge(
                 &r,
                 CHECKPOINT_TIMESTAMP,
-                "clusterTime of the committed position.",
+                "clusterTime of the last committed event.",
+            ),
+            checkpoint_lag: float_gauge(
+                &r,
+                CHECKPOINT_LAG,
+                "Now minus the committed position's cluster time.",
             ),
             source_lag: float_gauge(
                 &r,
                 SOURCE_LAG,
                 "Now minus clusterTime of the last event read.",
             ),
+            history_headroom: float_gauge(
+                &r,
+                HISTORY_HEADROOM,
+                "Committed position's cluster time minus the oldest oplog entry's, seconds.",
+            ),
+            history_window,
             errors: counter(
                 &r,
                 ERRORS,
@@ -182,6 +260,9 @@ impl Metrics {
             ),
             restarts: counter(&r, RESTARTS, "Pipeline restarts.", &["pipeline", "reason"]),
             stream_open: gauge(&r, STREAM_OPEN, "1 while the change stream is open."),
+            rdkafka: librdkafka::Families::register(&r),
+            committed: Arc::default(),
+            oplog: Arc::default(),
             registry: r,
         }
     }
@@ -193,9 +274,9 @@ impl Metrics {
             family: self.clone(),
             source_bytes: self.source_bytes.with_label_values(&[name]),
             source_watermarks: self.source_watermarks.with_label_values(&[name]),
-            enqueued: self.enqueued.with_label_values(&[name]),
+            topics: Arc::default(),
             queue_full: self.queue_full.with_label_values(&[name]),
-            delivery_duration: self.delivery_duration.with_label_values(&[name]),
+            end_to_end: self.end_to_end.with_label_values(&[name]),
             in_flight_events: self.in_flight_events.with_label_values(&[name]),
             in_flight_bytes: self.in_flight_bytes.with_label_values(&[name]),
             commit_duration: self.commit_duration.with_label_values(&[name]),
@@ -205,86 +286,63 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format of every family.
+    /// Committed position times (Unix seconds) by pipeline, as last reported by the checkpointer.
+    pub fn committed_positions(&self) -> Vec<(String, f64)> {
+        let map = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Stores the oldest and newest oplog entry times (Unix seconds) the server reported, or
+    /// `None` when it could not tell: then the history series are absent.
+    pub fn set_history(&self, oplog: Option<(f64, f64)>) {
+        *self.oplog.lock().unwrap_or_else(|e| e.into_inner()) = oplog;
+    }
+
+    /// Sets the scrape-time gauges: checkpoint lag and history headroom from the committed
+    /// positions, the oplog window.
+    fn refresh(&self) {
+        let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+        let positions = self.committed_positions();
+        for (pipeline, at) in &positions {
+            self.checkpoint_lag
+                .with_label_values(&[pipeline])
+                .set((now - at).max(0.0));
+        }
+        let oplog = *self.oplog.lock().unwrap_or_else(|e| e.into_inner());
+        match oplog {
+            Some((oldest, newest)) => {
+                self.history_window
+                    .with_label_values(&[] as &[&str])
+                    .set((newest - oldest).max(0.0));
+                for (pipeline, at) in &positions {
+                    self.history_headroom
+                        .with_label_values(&[pipeline])
+                        .set(at - oldest);
+                }
+            }
+            None => {
+                self.history_window.reset();
+                self.history_headroom.reset();
+            }
+        }
+    }
+
+    /// The text exposition format of every family; refreshes the scrape-time gauges first.
     pub fn render(&self) -> String {
+        self.refresh();
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut out)
             .unwrap_or_default();
         String::from_utf8(out).unwrap_or_default()
     }
+
+    /// Every family's current samples (for the terminal status).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.refresh();
+        self.registry.gather()
+    }
 }
 
-/// Handles of one pipeline's series.
-#[derive(Clone)]
-pub struct PipelineMetrics {
-    name: String,
-    family: Metrics,
-    /// Raw event bytes read.
-    pub source_bytes: IntCounter,
-    /// Watermarks taken.
-    pub source_watermarks: IntCounter,
-    /// Records enqueued.
-    pub enqueued: IntCounter,
-    /// Full-queue waits.
-    pub queue_full: IntCounter,
-    /// Enqueue → delivery seconds.
-    pub delivery_duration: Histogram,
-    /// Events in flight.
-    pub in_flight_events: IntGauge,
-    /// Bytes in flight.
-    pub in_flight_bytes: IntGauge,
-    /// Offsets write seconds.
-    pub commit_duration: Histogram,
-    /// Committed clusterTime, Unix seconds.
-    pub checkpoint_timestamp: Gauge,
-    /// Source lag, seconds.
-    pub source_lag: Gauge,
-    /// Stream open flag.
-    pub stream_open: IntGauge,
-}
-
-impl PipelineMetrics {
-    /// Counts one event read of `operation_type`.
-    pub fn event_read(&self, operation_type: &str) {
-        self.family
-            .source_events
-            .with_label_values(&[&self.name, operation_type])
-            .inc();
-    }
-    /// Counts `records` delivered records of an event of `operation_type`.
-    pub fn delivered(&self, operation_type: &str, records: u64) {
-        self.family
-            .delivered
-            .with_label_values(&[&self.name, operation_type])
-            .inc_by(records);
-    }
-    /// Counts a delivery error with a bounded `error_code` (librdkafka code name).
-    pub fn delivery_error(&self, error_code: &str) {
-        self.family
-            .delivery_errors
-            .with_label_values(&[&self.name, error_code])
-            .inc();
-    }
-    /// Counts an offsets write with `outcome` `ok` | `error` | `lease`.
-    pub fn commit(&self, outcome: &str) {
-        self.family
-            .commits
-            .with_label_values(&[&self.name, outcome])
-            .inc();
-    }
-    /// Counts an error at `stage` of `class` (`transient` | `fatal`).
-    pub fn error(&self, stage: &str, class: &str) {
-        self.family
-            .errors
-            .with_label_values(&[&self.name, stage, class])
-            .inc();
-    }
-    /// Counts a restart for `reason` (an error kind).
-    pub fn restart(&self, reason: &str) {
-        self.family
-            .restarts
-            .with_label_values(&[&self.name, reason])
-            .inc();
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -20,10 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::checkpoint::{Offsets, OffsetsStore, run_checkpointer};
-use crate::config::{Config, PipelineConfig, StartAt};
+use crate::config::{Config, OnHistoryLost, OnOversize, PipelineConfig, StartAt};
 use crate::encode::Encoder;
 use crate::error::{BridgeError, ErrorClass, is_history_lost, report};
 use crate::event::{Position, format_timestamp, timestamp_now};
+use crate::gap;
 use crate::health::PipelineHealth;
 use crate::metrics::PipelineMetrics;
 use crate::relay::{Limits, Relay};
@@ -76,22 +77,24 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
     let mut epoch = None;
     let result = loop {
         let started = Instant::now();
-        let result = match epoch {
-            None => match store.take().await {
-                Ok(offsets) => {
-                    epoch = Some(offsets.epoch);
+        let offsets = match epoch {
+            None => cancellable(&cancel, store.take()).await,
+            Some(epoch) => cancellable(&cancel, store.load(epoch)).await,
+        };
+        let result = match offsets {
+            None => break Ok(()),
+            Some(Ok(offsets)) => {
+                if epoch.is_none() {
                     info!(pipeline = %name, epoch = offsets.epoch, "took the pipeline");
-                    run_once(&ctx, &store, offsets, &cancel).await
                 }
-                Err(e) => Err(e),
-            },
-            Some(epoch) => match store.load(epoch).await {
-                Ok(offsets) => run_once(&ctx, &store, offsets, &cancel).await,
-                Err(e) => Err(e),
-            },
+                epoch = Some(offsets.epoch);
+                run_guarded(&ctx, &store, offsets, &cancel).await
+            }
+            Some(Err(e)) => Err(e),
         };
         let error = match result {
-            Ok(()) => break Ok(()),
+            Ok(Outcome::Stopped) => break Ok(()),
+            Ok(Outcome::Restart) => continue,
             Err(e) => e,
         };
         let class = error.class();
@@ -122,6 +125,16 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
     result
 }
 
+/// Runs `work` unless `cancel` fires first (`None`): startup steps that may wait for a server
+/// (taking the offsets, opening the stream) must not delay a shutdown.
+async fn cancellable<T>(cancel: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        out = work => Some(out),
+    }
+}
+
 /// Full-jitter exponential backoff: uniform in `[50 ms, min(cap, 100 ms × 2^attempt)]`.
 pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
     let ceiling = 100u64
@@ -146,6 +159,75 @@ fn start_of(p: &PipelineConfig, offsets: &Offsets) -> Start {
     }
 }
 
+/// How a run ended without an error.
+enum Outcome {
+    /// Shutdown was requested and the pipeline drained.
+    Stopped,
+    /// The position was moved on purpose (history-loss policy `skip`): start again at once.
+    Restart,
+}
+
+/// [`run_once`] plus the history-loss policy: with `skip`, gap markers are published, the offsets
+/// move to the current cluster time, and the pipeline restarts there.
+async fn run_guarded(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    offsets: Offsets,
+    cancel: &CancellationToken,
+) -> Result<Outcome, BridgeError> {
+    let (epoch, from) = (offsets.epoch, offsets.cluster_time);
+    match run_once(ctx, store, offsets, cancel).await {
+        Ok(()) => Ok(Outcome::Stopped),
+        Err(error @ BridgeError::HistoryLost { .. })
+            if ctx.pipeline.on_history_lost == OnHistoryLost::Skip =>
+        {
+            let reason = format!("resume token no longer in the oplog ({error})");
+            skip_history(ctx, store, epoch, from, &reason).await?;
+            Ok(Outcome::Restart)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Publishes the gap markers, then moves the offsets to the current cluster time.
+async fn skip_history(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+    from: Option<bson::Timestamp>,
+    reason: &str,
+) -> Result<(), BridgeError> {
+    let p = &ctx.pipeline;
+    let to = current_cluster_time(&ctx.client).await;
+    let sink = KafkaSink::new(&ctx.config.kafka)?;
+    let markers = gap::publish(&sink, p, &ctx.config.kafka.topic_prefix, from, to, reason).await?;
+    sink.flush(Duration::from_secs(5)).await;
+    store.reset_to(epoch, to).await?;
+    ctx.metrics.restart("history_lost_skip");
+    error!(
+        pipeline = %p.name,
+        from = %from.map_or_else(|| "unknown".to_owned(), format_timestamp),
+        to = %format_timestamp(to),
+        markers,
+        "history lost: SKIPPED the changes between these cluster times (on_history_lost = skip); \
+         published gap markers and restarted at the current time"
+    );
+    Ok(())
+}
+
+/// The deployment's current cluster time (`operationTime` of a `ping`), or the wall clock when
+/// the server does not report one.
+async fn current_cluster_time(client: &Client) -> bson::Timestamp {
+    let reply = client
+        .database("admin")
+        .run_command(bson::doc! { "ping": 1 })
+        .await;
+    reply
+        .ok()
+        .and_then(|r| r.get_timestamp("operationTime").ok())
+        .unwrap_or_else(timestamp_now)
+}
+
 /// One run: open the stream, commit the initial position if there is none, then run the tasks.
 async fn run_once(
     ctx: &PipelineContext,
@@ -156,14 +238,24 @@ async fn run_once(
     let p = &ctx.pipeline;
     let b = &ctx.config.bridge;
     let start = start_of(p, &offsets);
-    let stream = source::open(
-        &ctx.client,
-        p,
-        &start,
-        Duration::from_millis(b.max_await_time_ms),
-    )
-    .await
-    .map_err(|source| classify_open(p, &offsets, source))?;
+    let max_await = Duration::from_millis(b.max_await_time_ms);
+    // An unwatchable namespace is a configuration error: never retried (C23).
+    let unwatchable = cancellable(cancel, source::unwatchable(&ctx.client, p)).await;
+    if let Some(Some(reason)) = unwatchable {
+        let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
+        return Err(BridgeError::Config {
+            field: format!("pipelines[{}].collection", index.unwrap_or(0)),
+            reason,
+        });
+    }
+    let opened = cancellable(
+        cancel,
+        source::open_splitting(&ctx.client, p, &start, max_await),
+    );
+    let Some(opened) = opened.await else {
+        return Ok(());
+    };
+    let (stream, _splits) = opened.map_err(|source| classify_open(p, &offsets, source))?;
     if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
         store.set_start_time(offsets.epoch, *ts).await?;
     }
@@ -178,9 +270,10 @@ async fn run_once(
             event_count: 0,
         };
         store.commit(offsets.epoch, &initial, 0).await?;
+        ctx.metrics.committed(None, initial.position_time);
         info!(pipeline = %p.name, "committed the initial position");
     }
-    let sink = KafkaSink::new(&ctx.config.kafka)?;
+    let sink = KafkaSink::with_context(&ctx.config.kafka, ctx.metrics.rdkafka_context())?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let (safe_tx, safe_rx) = watch::channel(None);
     let run_cancel = cancel.child_token();
@@ -215,13 +308,17 @@ async fn run_once(
         Arc::clone(&ctx.health),
         safe_tx,
     );
+    let relay = match (&p.on_oversize, &p.dead_letter_topic) {
+        (OnOversize::DeadLetter, Some(topic)) => relay.with_dead_letter(topic),
+        _ => relay,
+    };
     ctx.metrics.stream_open.set(1);
     let relay_result = relay.run(rx, run_cancel.clone()).await;
     run_cancel.cancel();
     ctx.metrics.stream_open.set(0);
     let source_result = source_task.await.unwrap_or(Ok(()));
     let checkpoint_result = checkpointer.await.unwrap_or(Ok(()));
-    let source_result = source_result.map_err(|e| reclassify(&offsets, e));
+    let source_result = source_result.map_err(|e| reclassify(&offsets, e, false));
     relay_result.and(source_result).and(checkpoint_result)
 }
 
@@ -230,19 +327,17 @@ fn classify_open(
     offsets: &Offsets,
     source: mongodb::error::Error,
 ) -> BridgeError {
-    reclassify(
-        offsets,
-        BridgeError::Source {
-            pipeline: p.name.clone(),
-            source: Box::new(source),
-        },
-    )
+    let error = BridgeError::Source {
+        pipeline: p.name.clone(),
+        source: Box::new(source),
+    };
+    reclassify(offsets, error, true)
 }
 
 /// Turns a "cannot resume" source error into [`BridgeError::HistoryLost`].
-fn reclassify(offsets: &Offsets, error: BridgeError) -> BridgeError {
+fn reclassify(offsets: &Offsets, error: BridgeError, at_open: bool) -> BridgeError {
     match error {
-        BridgeError::Source { pipeline, source } if is_history_lost(&source) => {
+        BridgeError::Source { pipeline, source } if is_history_lost(&source, at_open) => {
             BridgeError::HistoryLost {
                 pipeline,
                 cluster_time: offsets

@@ -20,6 +20,7 @@
 //! window has room (`max_in_flight_events`, `max_in_flight_bytes`) — this bounds memory whatever
 //! the backlog. A full librdkafka queue is backpressure, never an error or a drop.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -29,17 +30,19 @@ use rdkafka::producer::DeliveryFuture;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::dead_letter;
+use crate::delivery::DeliveryWatch;
 use crate::encode::{EncodedEvent, Encoder, Record};
 use crate::error::BridgeError;
 use crate::event::{Position, SourceItem, timestamp_now};
 use crate::health::{PipelineHealth, now_ms};
-use crate::metrics::PipelineMetrics;
+use crate::metrics::{PipelineMetrics, TopicMetrics};
 use crate::sink::{EnqueueError, KafkaSink};
 use crate::window::OrderedWindow;
 
 /// An event whose records are partly enqueued (the queue was full).
 struct Pending {
-    records: std::vec::IntoIter<Record>,
+    records: VecDeque<Record>,
     deliveries: Vec<DeliveryFuture>,
     encoded: EncodedEvent,
     bytes: usize,
@@ -70,6 +73,8 @@ pub struct Relay {
     last_cluster_time: Option<Timestamp>,
     last_wall_time_ms: Option<i64>,
     event_count: u64,
+    dead_letter: Option<(KafkaSink, Arc<str>)>,
+    last_topic: Option<(Arc<str>, TopicMetrics)>,
 }
 
 impl Relay {
@@ -95,7 +100,16 @@ impl Relay {
             last_cluster_time: None,
             last_wall_time_ms: None,
             event_count: 0,
+            dead_letter: None,
+            last_topic: None,
         }
+    }
+
+    /// Sends records Kafka refuses as too large to `topic` as stubs (`on_oversize =
+    /// "dead_letter"`) instead of failing the pipeline.
+    pub fn with_dead_letter(mut self, topic: &str) -> Self {
+        self.dead_letter = Some((self.sink.clone(), Arc::from(topic)));
+        self
     }
 
     fn has_room(&self) -> bool {
@@ -161,7 +175,7 @@ impl Relay {
                 let topic = records
                     .first()
                     .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
-                let records = records.into_iter();
+                let records = VecDeque::from(records);
                 let pending = Pending {
                     records,
                     deliveries: Vec::with_capacity(2),
@@ -189,32 +203,67 @@ impl Relay {
         }
     }
 
-    /// Enqueues the remaining records of `p`; returns it back if the queue filled up.
+    /// Enqueues the remaining records of `p`; returns it back if the queue filled up. A record
+    /// librdkafka refuses as too large goes to the dead-letter policy (a stub replaces it) or
+    /// fails the pipeline.
     fn enqueue(&mut self, mut p: Pending) -> Result<Option<Pending>, BridgeError> {
-        let mut records = std::mem::take(&mut p.records).peekable();
-        while let Some(record) = records.peek() {
+        while let Some(record) = p.records.front() {
             match self.sink.enqueue(record) {
                 Ok(delivery) => {
-                    self.metrics.enqueued.inc();
+                    self.topic_metrics(&record.topic).enqueued.inc();
                     p.deliveries.push(delivery);
-                    records.next();
+                    p.records.pop_front();
                 }
                 Err(EnqueueError::QueueFull) => {
                     self.metrics.queue_full.inc();
-                    p.records = records.collect::<Vec<_>>().into_iter();
                     return Ok(Some(p));
                 }
                 Err(EnqueueError::Failed(source)) => {
-                    return Err(BridgeError::Delivery {
-                        pipeline: self.pipeline.to_string(),
-                        topic: record.topic.to_string(),
-                        source: Box::new(source),
-                    });
+                    let dlq = self
+                        .dead_letter
+                        .as_ref()
+                        .filter(|_| dead_letter::is_oversize(&source));
+                    let Some((_, dlq)) = dlq else {
+                        return Err(BridgeError::Delivery {
+                            pipeline: self.pipeline.to_string(),
+                            topic: record.topic.to_string(),
+                            source: Box::new(source),
+                        });
+                    };
+                    let stub = dead_letter::stub(
+                        dlq,
+                        &record.topic,
+                        &record.key,
+                        &record.headers,
+                        record.size(),
+                        &source,
+                    );
+                    self.dead_lettered(&record.topic, record.size());
+                    p.records[0] = stub;
                 }
             }
         }
         self.push_event(p);
         Ok(None)
+    }
+
+    /// The metric handles of `topic`, cached for the common case of one topic in a row.
+    fn topic_metrics(&mut self, topic: &Arc<str>) -> TopicMetrics {
+        match &self.last_topic {
+            Some((name, handles)) if name == topic => handles.clone(),
+            _ => {
+                let handles = self.metrics.topic(topic);
+                self.last_topic = Some((Arc::clone(topic), handles.clone()));
+                handles
+            }
+        }
+    }
+
+    fn dead_lettered(&mut self, topic: &str, size: usize) {
+        self.topic_metrics(&Arc::from(topic))
+            .delivery_error("dead_lettered");
+        tracing::error!(pipeline = %self.pipeline, topic, size,
+            "record too large for Kafka: a stub went to the dead-letter topic instead");
     }
 
     fn push_event(&mut self, p: Pending) {
@@ -233,41 +282,21 @@ impl Relay {
             wall_time_ms: self.last_wall_time_ms,
             event_count: self.event_count,
         };
-        let topic = p.topic;
-        let pipeline = Arc::clone(&self.pipeline);
-        let metrics = self.metrics.clone();
+        let watch = DeliveryWatch {
+            pipeline: Arc::clone(&self.pipeline),
+            topic_metrics: self.topic_metrics(&p.topic),
+            topic: p.topic,
+            metrics: self.metrics.clone(),
+            dead_letter: self.dead_letter.clone(),
+            event_time: (encoded.wall_time_ms, encoded.cluster_time),
+        };
         let operation_type = encoded.operation_type;
         let deliveries = p.deliveries;
-        let started = Instant::now();
         self.window.push_event(p.bytes, async move {
-            let count = deliveries.len() as u64;
-            for delivery in deliveries {
-                match delivery.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err((source, _))) => {
-                        let code = source
-                            .rdkafka_error_code()
-                            .map_or("unknown".into(), |c| format!("{c:?}"));
-                        metrics.delivery_error(&code);
-                        return Err(BridgeError::Delivery {
-                            pipeline: pipeline.to_string(),
-                            topic: topic.to_string(),
-                            source: Box::new(source),
-                        });
-                    }
-                    Err(_) => {
-                        metrics.delivery_error("cancelled");
-                        return Err(BridgeError::DeliveryCancelled {
-                            pipeline: pipeline.to_string(),
-                        });
-                    }
-                }
-            }
-            metrics
-                .delivery_duration
-                .observe(started.elapsed().as_secs_f64());
-            metrics.delivered(&operation_type, count);
-            Ok(position)
+            watch
+                .wait(deliveries, &operation_type)
+                .await
+                .map(|()| position)
         });
     }
 

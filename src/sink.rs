@@ -21,6 +21,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use crate::config::KafkaConfig;
 use crate::encode::Record;
 use crate::error::BridgeError;
+use crate::metrics::StatsContext;
 
 /// Properties the bridge sets after the user's, so they always hold.
 const PROTECTED: [(&str, &str); 4] = [
@@ -62,9 +63,13 @@ pub fn client_config(kafka: &KafkaConfig) -> ClientConfig {
     config
 }
 
-/// One pipeline's producer.
+/// The producer type: its client context publishes librdkafka statistics as metrics.
+pub type SinkProducer = FutureProducer<StatsContext>;
+
+/// One pipeline's producer (clones share it).
+#[derive(Clone)]
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: SinkProducer,
 }
 
 impl KafkaSink {
@@ -72,8 +77,21 @@ impl KafkaSink {
     /// configuration (e.g. an unknown property name); connection problems surface later as
     /// delivery errors, after `message.timeout.ms`.
     pub fn new(kafka: &KafkaConfig) -> Result<Self, BridgeError> {
-        let producer: FutureProducer = client_config(kafka)
-            .create()
+        Self::with_context(kafka, StatsContext::default())
+    }
+
+    /// Like [`KafkaSink::new`], publishing librdkafka statistics through `context` every
+    /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
+    pub fn with_context(kafka: &KafkaConfig, context: StatsContext) -> Result<Self, BridgeError> {
+        let mut config = client_config(kafka);
+        if !kafka.properties.contains_key("statistics.interval.ms") {
+            config.set(
+                "statistics.interval.ms",
+                crate::metrics::librdkafka::DEFAULT_STATISTICS_INTERVAL_MS,
+            );
+        }
+        let producer: SinkProducer = config
+            .create_with_context(context)
             .map_err(|e| BridgeError::Producer(Box::new(e)))?;
         Ok(Self { producer })
     }
@@ -83,6 +101,15 @@ impl KafkaSink {
     /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
     /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
     pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
+        self.enqueue_to(record, None)
+    }
+
+    /// Like [`KafkaSink::enqueue`], to an explicit `partition` when given (else the key decides).
+    pub fn enqueue_to(
+        &self,
+        record: &Record,
+        partition: Option<i32>,
+    ) -> Result<DeliveryFuture, EnqueueError> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (name, value) in &record.headers {
             headers = headers.insert(Header {
@@ -96,6 +123,9 @@ impl KafkaSink {
         if let Some(value) = &record.value {
             future = future.payload(value);
         }
+        if let Some(partition) = partition {
+            future = future.partition(partition);
+        }
         self.producer
             .send_result(future)
             .map_err(|(error, _)| match error {
@@ -104,6 +134,31 @@ impl KafkaSink {
                 }
                 other => EnqueueError::Failed(other),
             })
+    }
+
+    /// A clone of the underlying producer (cheap: reference-counted), for dead-letter records
+    /// produced from a delivery future.
+    pub fn producer(&self) -> SinkProducer {
+        self.producer.clone()
+    }
+
+    /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
+    /// does not answer within `timeout`.
+    pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
+        let producer = self.producer.clone();
+        let metadata = tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(None, timeout)
+                .ok()
+                .map(|m| {
+                    m.topics()
+                        .iter()
+                        .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+                        .collect::<Vec<_>>()
+                })
+        });
+        metadata.await.ok().flatten()
     }
 
     /// The fatal error librdkafka reports, if the producer is in its fatal state (e.g. an

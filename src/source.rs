@@ -27,6 +27,7 @@ use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
 use crate::error::BridgeError;
 use crate::event::{SourceItem, timestamp_now};
 use crate::health::PipelineHealth;
+use crate::split::{Reassembler, SPLIT_STAGE};
 
 /// Where a change stream starts.
 #[derive(Debug, Clone)]
@@ -88,6 +89,66 @@ fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStre
     options
 }
 
+/// Opens the change stream of `p` with `$changeStreamSplitLargeEvent` appended, so events over
+/// 16 MB arrive as fragments (see [`crate::split`]); on a server that does not know the stage
+/// (code 40324, MongoDB < 7.0) opens it without. Returns the stream and whether it splits.
+pub async fn open_splitting(
+    client: &Client,
+    p: &PipelineConfig,
+    start: &Start,
+    max_await: Duration,
+) -> Result<(RawStream, bool), mongodb::error::Error> {
+    let mut stages = p.stages();
+    stages.push(bson::doc! { SPLIT_STAGE: {} });
+    match open_with(client, p, stages, start, max_await).await {
+        Ok(stream) => Ok((stream, true)),
+        Err(e) if crate::error::mongo_code(&e) == Some(UNKNOWN_STAGE) => {
+            tracing::info!(pipeline = %p.name, "server has no $changeStreamSplitLargeEvent: \
+                events over 16 MB will fail the pipeline (BSONObjectTooLarge)");
+            Ok((open(client, p, start, max_await).await?, false))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `Unrecognized pipeline stage name`.
+const UNKNOWN_STAGE: i32 = 40324;
+
+/// Why the collection of a collection-scope pipeline can never be watched (a view or a
+/// time-series collection, which MongoDB refuses with `CommandNotSupportedOnView` 166, case
+/// C23), from `listCollections`; `None` when it can be, does not exist (yet), or the server
+/// does not answer (the stream's own `aggregate` then decides).
+pub async fn unwatchable(client: &Client, p: &PipelineConfig) -> Option<String> {
+    let (Some(db), Some(coll)) = (&p.database, &p.collection) else {
+        return None;
+    };
+    let command = bson::doc! { "listCollections": 1, "filter": { "name": coll } };
+    let reply = client.database(db).run_command(command).await.ok()?;
+    let spec = reply
+        .get_document("cursor")
+        .ok()?
+        .get_array("firstBatch")
+        .ok()?
+        .first()?
+        .as_document()?;
+    let timeseries = spec.get_str("type") == Ok("timeseries")
+        || spec
+            .get_document("options")
+            .is_ok_and(|o| o.contains_key("timeseries"));
+    let what = if timeseries {
+        "a time-series collection"
+    } else if spec.get_str("type") == Ok("view") {
+        "a view"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{db}.{coll} is {what}: MongoDB cannot open a change stream on it \
+         (CommandNotSupportedOnView, 166); watch its database instead (omit `collection`), or \
+         another collection"
+    ))
+}
+
 /// Opens the change stream of `p` at its scope (collection, database or deployment).
 ///
 /// Errors: the driver's error (auth, invalid stage, history lost, network), unclassified.
@@ -97,8 +158,17 @@ pub async fn open(
     start: &Start,
     max_await: Duration,
 ) -> Result<RawStream, mongodb::error::Error> {
+    open_with(client, p, p.stages(), start, max_await).await
+}
+
+async fn open_with(
+    client: &Client,
+    p: &PipelineConfig,
+    stages: Vec<bson::Document>,
+    start: &Start,
+    max_await: Duration,
+) -> Result<RawStream, mongodb::error::Error> {
     let options = options(p, start, max_await);
-    let stages = p.stages();
     let stream = match (&p.database, &p.collection) {
         (Some(db), Some(coll)) => {
             let coll = client.database(db).collection::<bson::Document>(coll);
@@ -132,6 +202,7 @@ pub async fn run(
     health: Arc<PipelineHealth>,
 ) -> Result<(), BridgeError> {
     let mut last_watermark: Option<RawDocumentBuf> = None;
+    let mut split = Reassembler::default();
     health.stream_open.store(true, Ordering::Relaxed);
     let result = loop {
         let next = tokio::select! {
@@ -140,15 +211,28 @@ pub async fn run(
             next = stream.next_if_any() => next,
         };
         let item = match next {
-            Ok(Some(raw)) => SourceItem::Event {
-                raw,
-                received_at: Instant::now(),
+            Ok(Some(raw)) => match split.push(raw) {
+                Ok(Some(raw)) => SourceItem::Event {
+                    raw,
+                    received_at: Instant::now(),
+                },
+                Ok(None) => continue,
+                Err(e) => {
+                    let reason = e.to_string();
+                    break Err(BridgeError::Encode {
+                        pipeline: pipeline.to_owned(),
+                        reason,
+                    });
+                }
             },
             Ok(None) if !stream.is_alive() => {
                 break Err(BridgeError::StreamClosed {
                     pipeline: pipeline.to_owned(),
                 });
             }
+            // WARNING: no watermark while a split event is partly read: its token would commit
+            // a position past fragments not yet delivered.
+            Ok(None) if split.is_pending() => continue,
             Ok(None) => match current_token(&stream) {
                 Some(token) if last_watermark.as_ref() != Some(&token) => {
                     last_watermark = Some(token.clone());

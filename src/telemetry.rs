@@ -18,10 +18,19 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. Level from `RUST_LOG` (default `info`). Logs go to stderr.
 pub fn init(format: LogFormat) {
+    init_with_writer(format, std::io::stderr);
+}
+
+/// Like [`init`], writing log lines through `writer` (e.g. one that keeps a live terminal
+/// status intact).
+pub fn init_with_writer<W>(format: LogFormat, writer: W)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let result = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder

@@ -7,7 +7,9 @@
 
 use std::collections::HashSet;
 
-use super::{Config, ENV_PREFIX, OnHistoryLost, OnOversize, PipelineConfig, StartAt};
+use super::{
+    Config, ENV_PREFIX, FullDocument, OnHistoryLost, OnOversize, PipelineConfig, StartAt, ValueMode,
+};
 use crate::error::BridgeError;
 
 /// librdkafka's default `queue.buffering.max.messages`.
@@ -317,19 +319,23 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             "use \"now\" or an RFC 3339 time after 1970, e.g. \"2026-11-29T08:00:00Z\"",
         ));
     }
-    match p.on_history_lost {
-        OnHistoryLost::Fail => {}
-        OnHistoryLost::Skip | OnHistoryLost::Snapshot => {
-            return Err(err(
-                format!("{at}.on_history_lost"),
-                "only \"fail\" is available in this version",
-            ));
-        }
-    }
-    if p.on_oversize == OnOversize::DeadLetter {
+    if p.on_history_lost == OnHistoryLost::Snapshot {
         return Err(err(
-            format!("{at}.on_oversize"),
-            "only \"fail\" is available in this version",
+            format!("{at}.on_history_lost"),
+            "\"snapshot\" is not available in this version; use \"fail\" or \"skip\"",
+        ));
+    }
+    if p.on_oversize == OnOversize::DeadLetter && p.dead_letter_topic.is_none() {
+        return Err(err(
+            format!("{at}.dead_letter_topic"),
+            "required with on_oversize = \"dead_letter\": name the topic for oversized records",
+        ));
+    }
+    if p.value == ValueMode::Document && p.full_document == FullDocument::Default {
+        return Err(err(
+            format!("{at}.full_document"),
+            "value = \"document\" needs a full document on updates: use \"update_lookup\", \
+             \"when_available\" or \"required\" (otherwise an update would look like a delete)",
         ));
     }
     if p.dead_letter_topic.is_some() && p.on_oversize != OnOversize::DeadLetter {

@@ -733,25 +733,56 @@ fn dead_letter_topic_must_be_a_valid_kafka_topic_name() {
 }
 
 #[test]
-fn on_history_lost_only_fail_is_available() {
-    for value in ["skip", "snapshot"] {
-        assert_rejected(
-            &valid_with(&format!("on_history_lost = \"{value}\"\n")),
-            "pipelines[0].on_history_lost",
-            "only \"fail\" is available in this version",
-        );
+fn on_history_lost_snapshot_is_not_available() {
+    assert_rejected(
+        &valid_with("on_history_lost = \"snapshot\"\n"),
+        "pipelines[0].on_history_lost",
+        "\"snapshot\" is not available in this version; use \"fail\" or \"skip\"",
+    );
+    for (value, expected) in [("fail", OnHistoryLost::Fail), ("skip", OnHistoryLost::Skip)] {
+        let config = parse(&valid_with(&format!("on_history_lost = \"{value}\"\n")))
+            .unwrap_or_else(|e| panic!("{value}: {e}"));
+        assert_eq!(config.pipelines[0].on_history_lost, expected);
     }
-    let config = parse(&valid_with("on_history_lost = \"fail\"\n")).expect("valid");
-    assert_eq!(config.pipelines[0].on_history_lost, OnHistoryLost::Fail);
 }
 
 #[test]
-fn on_oversize_dead_letter_is_not_available() {
+fn on_oversize_dead_letter_needs_a_dead_letter_topic() {
     assert_rejected(
-        &valid_with("on_oversize = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n"),
-        "pipelines[0].on_oversize",
-        "only \"fail\" is available in this version",
+        &valid_with("on_oversize = \"dead_letter\"\n"),
+        "pipelines[0].dead_letter_topic",
+        "required with on_oversize = \"dead_letter\"",
     );
+    let config = parse(&valid_with(
+        "on_oversize = \"dead_letter\"\ndead_letter_topic = \"orders.dlq\"\n",
+    ))
+    .expect("valid");
+    assert_eq!(config.pipelines[0].on_oversize, OnOversize::DeadLetter);
+    assert_eq!(
+        config.pipelines[0].dead_letter_topic.as_deref(),
+        Some("orders.dlq")
+    );
+}
+
+#[test]
+fn document_values_need_a_full_document_on_updates() {
+    // Without one, an update's value would be null: a tombstone for the document.
+    assert_rejected(
+        &valid_with("value = \"document\"\n"),
+        "pipelines[0].full_document",
+        "value = \"document\" needs a full document on updates",
+    );
+    assert_rejected(
+        &valid_with("value = \"document\"\nfull_document = \"default\"\n"),
+        "pipelines[0].full_document",
+        "update_lookup",
+    );
+    for full_document in ["update_lookup", "when_available", "required"] {
+        parse(&valid_with(&format!(
+            "value = \"document\"\nfull_document = \"{full_document}\"\n"
+        )))
+        .unwrap_or_else(|e| panic!("{full_document}: {e}"));
+    }
 }
 
 #[test]
@@ -1068,4 +1099,19 @@ fn config_errors_do_not_echo_the_uri() {
         message,
         "invalid configuration: mongodb.uri: must start with mongodb:// or mongodb+srv://"
     );
+}
+
+#[test]
+fn debug_output_masks_secret_kafka_properties() {
+    // GIVEN a SASL password and an ordinary property
+    let text = with_kafka(
+        "[kafka.properties]\n\"sasl.password\" = \"s3cretvalue\"\n\"linger.ms\" = 7",
+        "",
+    );
+    // WHEN the config is printed with Debug
+    let shown = format!("{:?}", parse(&text).expect("valid"));
+    // THEN the password is masked and the ordinary property is shown
+    assert!(!shown.contains("s3cretvalue"), "{shown}");
+    assert!(shown.contains("\"sasl.password\": \"***\""), "{shown}");
+    assert!(shown.contains("\"linger.ms\": \"7\""), "{shown}");
 }

@@ -6,6 +6,12 @@
 
 mod cases;
 mod check;
+mod deploy;
+mod faults_ops;
 mod lifecycle;
+mod ops;
+mod opsutil;
+mod policies;
+mod prometheus;
 mod replication;
 mod support;

@@ -1,0 +1,227 @@
+//! The limit programs: raw change-stream read, raw librdkafka produce, and both together with no
+//! bridge logic (no encoding, no ordered window, no checkpoint): events are produced as the
+//! server's BSON bytes, keyed by the raw `documentKey` bytes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bson::{Document, RawDocumentBuf};
+use futures::StreamExt;
+use mongo_kafka_bridge::source::{RawStream, current_token, to_resume_token};
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use serde_json::json;
+
+use crate::Servers;
+use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+
+/// What the limit program does.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Change-stream catch-up read only: events read and dropped.
+    Read,
+    /// librdkafka produce only, of the backlog's own events (loaded first, up to 64 MiB, cycled).
+    Produce,
+    /// Read and produce together, no bridge logic: the limit.
+    Relay,
+}
+
+/// `bench limit`.
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    #[command(flatten)]
+    servers: Servers,
+    /// read, produce or relay.
+    #[arg(long, value_enum)]
+    mode: Mode,
+    /// Events to read (the backlog size) or records to produce.
+    #[arg(long)]
+    count: u64,
+    /// Start position: a file written by `bench token`.
+    #[arg(long)]
+    token: PathBuf,
+    /// Target topic (produce, relay).
+    #[arg(long, default_value = "")]
+    topic: String,
+    /// librdkafka `compression.type`.
+    #[arg(long, default_value = "none")]
+    compression: String,
+}
+
+/// Counts delivery reports.
+#[derive(Default)]
+struct Counting {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl rdkafka::ClientContext for Counting {}
+
+impl ProducerContext for Counting {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.delivered.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+/// The same producer settings as the bridge (`sink.rs`): idempotent, acks=all, 5 in flight,
+/// murmur2_random, linger 10 ms.
+fn producer(bootstrap: &str, compression: &str) -> anyhow::Result<ThreadedProducer<Counting>> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "10")
+        .set("message.timeout.ms", "120000")
+        .set("compression.type", compression)
+        .create_with_context(Counting::default())?)
+}
+
+/// Enqueues one record, waiting while librdkafka's queue is full (backpressure, as the bridge).
+async fn send(
+    producer: &ThreadedProducer<Counting>,
+    topic: &str,
+    key: &[u8],
+    value: &[u8],
+) -> anyhow::Result<()> {
+    let mut record = BaseRecord::to(topic).key(key).payload(value);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
+}
+
+/// Opens the change stream of the collection after the saved token.
+async fn open(servers: &Servers, token: &Path) -> anyhow::Result<RawStream> {
+    let token = RawDocumentBuf::from_bytes(std::fs::read(token)?)?;
+    let client = crate::mongo(&servers.uri).await?;
+    let coll = client
+        .database(&servers.db)
+        .collection::<Document>(&servers.coll);
+    let stream = coll.watch().start_after(to_resume_token(&token)?).await?;
+    Ok(stream.with_type::<RawDocumentBuf>())
+}
+
+/// `bench token`: the stream's resume token right after opening (what the bridge commits first).
+pub async fn save_token(servers: &Servers, out: &Path) -> anyhow::Result<String> {
+    let client = crate::mongo(&servers.uri).await?;
+    let coll = client
+        .database(&servers.db)
+        .collection::<Document>(&servers.coll);
+    let mut stream = coll.watch().await?.with_type::<RawDocumentBuf>();
+    let mut token = current_token(&stream);
+    while token.is_none() {
+        if stream.next_if_any().await?.is_some() {
+            anyhow::bail!("the collection is being written to; save the token before the load");
+        }
+        token = current_token(&stream);
+    }
+    let token = token.ok_or_else(|| anyhow::anyhow!("no resume token"))?;
+    std::fs::write(out, token.as_bytes())?;
+    Ok(json!({ "token_bytes": token.as_bytes().len() }).to_string())
+}
+
+/// `bench limit`.
+pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
+    let mut stream = open(&args.servers, &args.token).await?;
+    let mut bytes: u64 = 0;
+    let (events, secs, failed) = match args.mode {
+        Mode::Read => {
+            let mut first = None;
+            let mut n = 0;
+            while n < args.count {
+                let Some(event) = stream.next().await else {
+                    break;
+                };
+                let event = event?;
+                first.get_or_insert_with(Instant::now);
+                bytes += event.as_bytes().len() as u64;
+                n += 1;
+            }
+            let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            (n, secs, 0)
+        }
+        Mode::Produce => {
+            // The backlog's own events, loaded first (not timed), then produced `count` times.
+            let mut events = Vec::new();
+            let mut loaded = 0usize;
+            while (events.len() as u64) < args.count && loaded < 64 * 1024 * 1024 {
+                let Some(event) = stream.next().await else {
+                    break;
+                };
+                let event = event?;
+                loaded += event.as_bytes().len();
+                let key = event.get_document("documentKey")?.as_bytes().to_vec();
+                events.push((key, event.into_bytes()));
+            }
+            drop(stream);
+            anyhow::ensure!(!events.is_empty(), "no events to produce");
+            let producer = producer(&args.servers.bootstrap, &args.compression)?;
+            let started = Instant::now();
+            for i in 0..args.count {
+                let (key, value) = &events[i as usize % events.len()];
+                bytes += value.len() as u64;
+                send(&producer, &args.topic, key, value).await?;
+            }
+            let (n, failed) = finish(&producer, args.count).await;
+            (n, started.elapsed().as_secs_f64(), failed)
+        }
+        Mode::Relay => {
+            let producer = producer(&args.servers.bootstrap, &args.compression)?;
+            let mut first = None;
+            let mut n = 0;
+            while n < args.count {
+                let Some(event) = stream.next().await else {
+                    break;
+                };
+                let event = event?;
+                first.get_or_insert_with(Instant::now);
+                bytes += event.as_bytes().len() as u64;
+                let key = event.get_document("documentKey")?;
+                send(&producer, &args.topic, key.as_bytes(), event.as_bytes()).await?;
+                n += 1;
+            }
+            let (n, failed) = finish(&producer, n).await;
+            (n, first.map_or(0.0, |t| t.elapsed().as_secs_f64()), failed)
+        }
+    };
+    let cpu = cpu_seconds();
+    Ok(json!({
+        "events": events,
+        "secs": secs,
+        "rate": events as f64 / secs.max(1e-9),
+        "mb_per_s": bytes as f64 / 1e6 / secs.max(1e-9),
+        "failed": failed,
+        "cpu_s": cpu,
+        "cpu_us_per_event": cpu * 1e6 / (events.max(1) as f64),
+        "peak_rss_kib": peak_rss_kib(),
+    })
+    .to_string())
+}
+
+/// Waits until `count` records are delivered (or failed); returns (delivered, failed).
+async fn finish(producer: &ThreadedProducer<Counting>, count: u64) -> (u64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let delivered = producer.context().delivered.load(Ordering::Relaxed);
+        let failed = producer.context().failed.load(Ordering::Relaxed);
+        if delivered + failed >= count || Instant::now() > deadline {
+            let _ = producer.flush(Duration::from_secs(1));
+            return (delivered, failed);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

@@ -1,0 +1,100 @@
+//! `bench`: the Rust side of the benchmark harness (`scripts/bench` drives it).
+//!
+//! - `load`: the load generator. Writes documents of a given size with the official driver, as
+//!   fast as possible (`insert_many` batches: a catch-up backlog) or at a fixed rate with a mix
+//!   of inserts, updates and deletes. Every document and every update carries `bench_ts`
+//!   (µs since the Unix epoch, Int64) so that a consumer can compute write → delivery latency.
+//! - `token`: opens a change stream on a collection and saves its initial resume token to a file
+//!   (the start position of the `limit` programs, like the bridge's first committed position).
+//! - `limit`: what this machine can move without any bridge logic: `read` (raw change-stream
+//!   catch-up, events read as `RawDocumentBuf` and dropped), `produce` (raw librdkafka produce of
+//!   the same payloads, idempotent, acks=all, pipelined) and `relay` (read raw events and produce
+//!   them as-is: the limit a bridge is judged against).
+//! - `live`: a fixed-rate mixed writer plus a consumer of the bridge's topic measuring the
+//!   latency from each write to the consumer seeing the record.
+//!
+//! Every subcommand prints one JSON object on stdout; progress and errors go to stderr.
+//! CPU and peak RSS come from the process's own accounting (`/proc/self`, Linux).
+
+mod limit;
+mod live;
+mod load;
+mod proc_stat;
+
+use clap::{Parser, Subcommand};
+
+/// Benchmark load generator and limit programs for mongo-kafka-bridge.
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Connection options shared by every subcommand.
+#[derive(clap::Args, Clone)]
+struct Servers {
+    /// MongoDB URI.
+    #[arg(
+        long,
+        env = "MONGODB_URI",
+        default_value = "mongodb://127.0.0.1:27018/?directConnection=true"
+    )]
+    uri: String,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:19093")]
+    bootstrap: String,
+    /// Database of the benchmark collections.
+    #[arg(long, default_value = "bench")]
+    db: String,
+    /// Collection.
+    #[arg(long)]
+    coll: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write documents (a backlog as fast as possible, or a fixed-rate mix).
+    Load(load::LoadArgs),
+    /// Save the initial resume token of a change stream on the collection.
+    Token {
+        #[command(flatten)]
+        servers: Servers,
+        /// File to write the token to (raw BSON).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Raw read / produce / read+produce limits.
+    Limit(limit::LimitArgs),
+    /// Fixed-rate writer plus latency consumer.
+    Live(live::LiveArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let out = runtime.block_on(async move {
+        match cli.command {
+            Command::Load(args) => load::run(args).await,
+            Command::Token { servers, out } => limit::save_token(&servers, &out).await,
+            Command::Limit(args) => limit::run(args).await,
+            Command::Live(args) => live::run(args).await,
+        }
+    })?;
+    println!("{out}");
+    Ok(())
+}
+
+/// A MongoDB client for `uri`.
+async fn mongo(uri: &str) -> anyhow::Result<mongodb::Client> {
+    Ok(mongodb::Client::with_uri_str(uri).await?)
+}
+
+/// Microseconds since the Unix epoch.
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

@@ -1,0 +1,255 @@
+//! Per-pipeline state checks of `check`: pre-/post-images, the offsets document, and the largest
+//! document of each watched collection.
+
+use bson::{Bson, DateTime, Document, doc};
+use mongodb::Client;
+
+use super::{CHECK_TIMEOUT, CheckLine, Largest, human, known_topic, line};
+use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
+use crate::history::OplogBounds;
+
+/// Collections of a database-scoped pipeline whose sizes are checked, at most.
+const MAX_COLLECTIONS: usize = 20;
+
+/// Pre-/post-images: only when the pipeline asks for them and watches one collection.
+pub(super) async fn images_line(client: &Client, p: &PipelineConfig) -> Option<CheckLine> {
+    let post = matches!(
+        p.full_document,
+        FullDocument::WhenAvailable | FullDocument::Required
+    );
+    let pre = p.full_document_before_change != FullDocumentBeforeChange::Off;
+    let required = p.full_document == FullDocument::Required
+        || p.full_document_before_change == FullDocumentBeforeChange::Required;
+    if !post && !pre {
+        return None;
+    }
+    let (Some(db), Some(coll)) = (&p.database, &p.collection) else {
+        return Some(line(
+            true,
+            format!(
+                "pipeline {}: pre-/post-images are configured per collection; not checked for {}",
+                p.name,
+                p.scope()
+            ),
+        ));
+    };
+    let specs = client
+        .database(db)
+        .list_collections()
+        .filter(doc! { "name": coll })
+        .await;
+    let enabled = match specs {
+        Ok(mut cursor) => {
+            use futures::StreamExt;
+            match cursor.next().await {
+                Some(Ok(spec)) => spec
+                    .options
+                    .change_stream_pre_and_post_images
+                    .is_some_and(|o| o.enabled),
+                _ => false,
+            }
+        }
+        Err(_) => false,
+    };
+    let remedy = format!(
+        "Remedy: db.getSiblingDB({db:?}).runCommand({{collMod: {coll:?}, \
+         changeStreamPreAndPostImages: {{enabled: true}}}})"
+    );
+    Some(match (enabled, required) {
+        (true, _) => line(
+            true,
+            format!(
+                "pipeline {}: pre-/post-images enabled on {db}.{coll}",
+                p.name
+            ),
+        ),
+        (false, true) => line(
+            false,
+            format!(
+                "pipeline {}: images are `required` but not enabled on {db}.{coll}: the stream \
+             fails on the first update. {remedy}",
+                p.name
+            ),
+        ),
+        (false, false) => line(
+            true,
+            format!(
+                "pipeline {}: images are `when_available` but not enabled on {db}.{coll}: they will \
+             be absent. {remedy}",
+                p.name
+            ),
+        ),
+    })
+}
+
+pub(super) async fn offsets_line(
+    client: &Client,
+    config: &Config,
+    p: &PipelineConfig,
+    bounds: Option<&OplogBounds>,
+) -> CheckLine {
+    let m = &config.mongodb;
+    let found = client
+        .database(&m.offsets_database)
+        .collection::<Document>(&m.offsets_collection)
+        .find_one(doc! { "_id": &p.name })
+        .max_time(CHECK_TIMEOUT)
+        .await;
+    let d = match found {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return line(
+                true,
+                format!(
+                    "pipeline {}: no offsets yet; starts at {}",
+                    p.name, p.start_at
+                ),
+            );
+        }
+        Err(_) => {
+            return line(
+                false,
+                format!("pipeline {}: offsets document cannot be read", p.name),
+            );
+        }
+    };
+    if !matches!(d.get("epoch"), Some(Bson::Int64(_) | Bson::Int32(_))) {
+        return line(
+            false,
+            format!(
+                "pipeline {}: offsets document is invalid (epoch is not an integer). Remedy: \
+             mongo-kafka-bridge offsets reset {} --delete",
+                p.name, p.name
+            ),
+        );
+    }
+    let has_token = matches!(d.get("resumeToken"), Some(Bson::Document(_)));
+    let position = if has_token {
+        d.get_timestamp("positionTime")
+            .or(d.get_timestamp("clusterTime"))
+    } else {
+        d.get_timestamp("startAtOperationTime")
+    }
+    .ok();
+    let kind = if has_token {
+        "resume token"
+    } else {
+        "startAtOperationTime"
+    };
+    let lease = match d.get_datetime("leaseUntil") {
+        Ok(t) if t.timestamp_millis() > DateTime::now().timestamp_millis() => {
+            format!(
+                "held by {} until {}",
+                d.get_str("owner").unwrap_or("?"),
+                super::mongo::rfc3339((t.timestamp_millis() / 1000) as u32)
+            )
+        }
+        _ => "no live owner".to_owned(),
+    };
+    let Some(at) = position else {
+        return line(
+            true,
+            format!(
+                "pipeline {}: offsets document without a position; starts at {}; {lease}",
+                p.name, p.start_at
+            ),
+        );
+    };
+    let age = (chrono::Utc::now().timestamp() - i64::from(at.time)).max(0) as u64;
+    match bounds {
+        Some(b) if at < b.oldest => line(
+            false,
+            format!(
+                "pipeline {}: committed {kind} at {} is older than the oldest oplog entry ({}): the \
+             history is lost. Remedy: mongo-kafka-bridge offsets reset {} --to-now (the changes \
+             in between are skipped)",
+                p.name,
+                super::mongo::rfc3339(at.time),
+                super::mongo::rfc3339(b.oldest.time),
+                p.name
+            ),
+        ),
+        _ => line(
+            true,
+            format!(
+                "pipeline {}: committed {kind} at {} ({} ago); {lease}",
+                p.name,
+                super::mongo::rfc3339(at.time),
+                human(age)
+            ),
+        ),
+    }
+}
+
+/// The largest document of each collection a pipeline watches (collection or database scope).
+pub(super) async fn largest_documents(
+    client: &Client,
+    p: &PipelineConfig,
+    prefix: &str,
+) -> Vec<Largest> {
+    let Some(db) = &p.database else {
+        return Vec::new();
+    };
+    let collections = match &p.collection {
+        Some(c) => vec![c.clone()],
+        None => client
+            .database(db)
+            .list_collection_names()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !c.starts_with("system."))
+            .take(MAX_COLLECTIONS)
+            .collect(),
+    };
+    let copies = match p.value {
+        ValueMode::Document => 1,
+        ValueMode::ChangeEvent => {
+            let post = u64::from(p.full_document != FullDocument::Default);
+            let pre = u64::from(p.full_document_before_change != FullDocumentBeforeChange::Off);
+            // An update's updateDescription can be as large as the document itself.
+            1 + post + pre
+        }
+    };
+    let mut out = Vec::new();
+    for coll in collections {
+        let pipeline = vec![
+            doc! { "$group": { "_id": Bson::Null, "max": { "$max": { "$bsonSize": "$$ROOT" } } } },
+        ];
+        let result = client
+            .database(db)
+            .collection::<Document>(&coll)
+            .aggregate(pipeline)
+            .max_time(CHECK_TIMEOUT)
+            .await;
+        let max = match result {
+            Ok(mut cursor) => {
+                use futures::StreamExt;
+                match cursor.next().await {
+                    Some(Ok(d)) => match d.get("max") {
+                        Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
+                        Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
+                        _ => 0,
+                    },
+                    _ => 0,
+                }
+            }
+            Err(_) => continue,
+        };
+        let topic = p
+            .topic
+            .clone()
+            .unwrap_or_else(|| format!("{prefix}{db}.{coll}"));
+        debug_assert!(
+            p.collection.is_none() || known_topic(p, prefix).as_deref() == Some(topic.as_str())
+        );
+        out.push(Largest {
+            pipeline: p.name.clone(),
+            namespace: format!("{db}.{coll}"),
+            topic,
+            bytes: max,
+            copies,
+        });
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! Per-pipeline (and per-pipeline-and-topic) handles, resolved once and cloned into the tasks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bson::Timestamp;
+use prometheus::{Gauge, Histogram, IntCounter, IntGauge};
+
+use super::{Metrics, StatsContext};
+
+/// Handles of one pipeline's series. Cheap to clone.
+#[derive(Clone)]
+pub struct PipelineMetrics {
+    pub(super) name: String,
+    pub(super) family: Metrics,
+    pub(super) topics: Arc<Mutex<HashMap<Arc<str>, TopicMetrics>>>,
+    /// Raw event bytes read.
+    pub source_bytes: IntCounter,
+    /// Watermarks taken.
+    pub source_watermarks: IntCounter,
+    /// Full-queue waits.
+    pub queue_full: IntCounter,
+    /// Event time → delivery, seconds.
+    pub end_to_end: Histogram,
+    /// Events in flight.
+    pub in_flight_events: IntGauge,
+    /// Bytes in flight.
+    pub in_flight_bytes: IntGauge,
+    /// Offsets write seconds.
+    pub commit_duration: Histogram,
+    /// Committed clusterTime, Unix seconds.
+    pub checkpoint_timestamp: Gauge,
+    /// Source lag, seconds.
+    pub source_lag: Gauge,
+    /// Stream open flag.
+    pub stream_open: IntGauge,
+}
+
+/// Handles of one pipeline's series for one topic, resolved once per topic. Cheap to clone.
+#[derive(Clone)]
+pub struct TopicMetrics {
+    pipeline: String,
+    topic: Arc<str>,
+    family: Metrics,
+    /// Records enqueued to this topic.
+    pub enqueued: IntCounter,
+    /// Enqueue → delivery seconds of events whose records go to this topic.
+    pub delivery_duration: Histogram,
+}
+
+impl TopicMetrics {
+    /// Counts `records` delivered records of an event of `operation_type`.
+    pub fn delivered(&self, operation_type: &str, records: u64) {
+        self.family
+            .delivered
+            .with_label_values(&[self.pipeline.as_str(), &self.topic, operation_type])
+            .inc_by(records);
+    }
+    /// Counts a delivery error with a bounded `error_code` (librdkafka code name).
+    pub fn delivery_error(&self, error_code: &str) {
+        self.family
+            .delivery_errors
+            .with_label_values(&[self.pipeline.as_str(), &self.topic, error_code])
+            .inc();
+    }
+}
+
+impl PipelineMetrics {
+    /// The pipeline's handles for `topic` (resolved on first use, then cached).
+    pub fn topic(&self, topic: &Arc<str>) -> TopicMetrics {
+        let mut map = self.topics.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(Arc::clone(topic))
+            .or_insert_with(|| TopicMetrics {
+                pipeline: self.name.clone(),
+                topic: Arc::clone(topic),
+                family: self.family.clone(),
+                enqueued: self
+                    .family
+                    .enqueued
+                    .with_label_values(&[self.name.as_str(), topic]),
+                delivery_duration: self
+                    .family
+                    .delivery_duration
+                    .with_label_values(&[self.name.as_str(), topic]),
+            })
+            .clone()
+    }
+    /// Counts one event read of `operation_type`.
+    pub fn event_read(&self, operation_type: &str) {
+        self.family
+            .source_events
+            .with_label_values(&[&self.name, operation_type])
+            .inc();
+    }
+    /// Observes the end-to-end latency of an event just delivered: now minus its `wallTime`
+    /// (ms since the Unix epoch), else minus its `clusterTime` (second resolution).
+    pub fn end_to_end(&self, wall_time_ms: Option<i64>, cluster_time: Option<Timestamp>) {
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let at_ms = wall_time_ms.or(cluster_time.map(|t| i64::from(t.time) * 1000));
+        if let Some(at_ms) = at_ms {
+            self.end_to_end
+                .observe((now_ms - at_ms).max(0) as f64 / 1000.0);
+        }
+    }
+    /// Records a committed position: `cluster_time` of its last event (if any) and its
+    /// best-known cluster time `position_time`. Feeds the lag and headroom gauges.
+    pub fn committed(&self, cluster_time: Option<Timestamp>, position_time: Timestamp) {
+        if let Some(ts) = cluster_time {
+            self.checkpoint_timestamp.set(f64::from(ts.time));
+        }
+        let mut map = self
+            .family
+            .committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.insert(self.name.clone(), f64::from(position_time.time));
+    }
+    /// Counts an offsets write with `outcome` `ok` | `error` | `lease`.
+    pub fn commit(&self, outcome: &str) {
+        self.family
+            .commits
+            .with_label_values(&[&self.name, outcome])
+            .inc();
+    }
+    /// Counts an error at `stage` of `class` (`transient` | `fatal`).
+    pub fn error(&self, stage: &str, class: &str) {
+        self.family
+            .errors
+            .with_label_values(&[&self.name, stage, class])
+            .inc();
+    }
+    /// Counts a restart for `reason` (an error kind).
+    pub fn restart(&self, reason: &str) {
+        self.family
+            .restarts
+            .with_label_values(&[&self.name, reason])
+            .inc();
+    }
+    /// The librdkafka statistics context for this pipeline's producer.
+    pub fn rdkafka_context(&self) -> StatsContext {
+        StatsContext::new(self.family.rdkafka.for_pipeline(&self.name))
+    }
+}

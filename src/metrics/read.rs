@@ -1,0 +1,67 @@
+//! Reading current values back out of the registry (for the terminal status and tests).
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+/// The sum of every sample of family `name` whose labels include all of `labels`
+/// (counters, gauges; a histogram's sample count). `None` when no sample matches.
+pub fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let family = families.iter().find(|f| f.name() == name)?;
+    let mut total = None;
+    for m in family.get_metric() {
+        let matches = labels.iter().all(|(k, v)| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == *k && l.value() == *v)
+        });
+        if !matches {
+            continue;
+        }
+        let value = match family.get_field_type() {
+            MetricType::COUNTER => m.get_counter().get_value(),
+            MetricType::GAUGE => m.get_gauge().get_value(),
+            MetricType::HISTOGRAM => m.get_histogram().get_sample_count() as f64,
+            _ => continue,
+        };
+        *total.get_or_insert(0.0) += value;
+    }
+    total
+}
+
+/// What the terminal status shows for one pipeline.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PipelineSnapshot {
+    /// Change events read so far.
+    pub events: f64,
+    /// Records delivered so far.
+    pub delivered: f64,
+    /// Events enqueued and not yet delivered.
+    pub in_flight: f64,
+    /// Seconds between now and the last event read's clusterTime.
+    pub source_lag_s: Option<f64>,
+    /// Seconds between now and the committed position's cluster time.
+    pub checkpoint_lag_s: Option<f64>,
+    /// Committed clusterTime (Unix seconds).
+    pub committed_at: Option<f64>,
+    /// History headroom (seconds), when known.
+    pub headroom_s: Option<f64>,
+    /// The change stream is open.
+    pub stream_open: bool,
+}
+
+impl PipelineSnapshot {
+    /// Reads pipeline `name`'s values from `families`.
+    pub fn read(families: &[MetricFamily], name: &str) -> Self {
+        let p = [("pipeline", name)];
+        let get = |metric: &str| sum(families, metric, &p);
+        Self {
+            events: get(super::SOURCE_EVENTS).unwrap_or(0.0),
+            delivered: get(super::MESSAGES_DELIVERED).unwrap_or(0.0),
+            in_flight: get(super::IN_FLIGHT_EVENTS).unwrap_or(0.0),
+            source_lag_s: get(super::SOURCE_LAG),
+            checkpoint_lag_s: get(super::CHECKPOINT_LAG),
+            committed_at: get(super::CHECKPOINT_TIMESTAMP).filter(|t| *t > 0.0),
+            headroom_s: get(super::HISTORY_HEADROOM),
+            stream_open: get(super::STREAM_OPEN).unwrap_or(0.0) > 0.0,
+        }
+    }
+}

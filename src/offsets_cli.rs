@@ -1,0 +1,388 @@
+//! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
+//! --delete) [--force]`: what an operator would otherwise do by hand in mongosh on the offsets
+//! collection (document shape in [`crate::checkpoint`]).
+//!
+//! Invariants:
+//! - A reset refuses while a live instance holds the pipeline (`leaseUntil` in the future)
+//!   unless `--force`, and prints the document before and after.
+//! - `--to-now` / `--to-timestamp` store a start position without a token: `startAtOperationTime`
+//!   (what the core reads when there is no `resumeToken`), with `resumeToken`, `clusterTime` and
+//!   `wallTime` removed, and **increment `epoch`**, so an instance that still runs is fenced on
+//!   its next write instead of overwriting the reset.
+//! - `--to-now` uses the deployment's own cluster time (`operationTime` of `hello`); when the
+//!   server reports none the reset fails rather than guess from a local clock.
+//! - Every write filters on the `epoch` read before it (a concurrent take-over makes the reset
+//!   fail, not race) and uses write concern `majority`.
+
+use std::io::Write;
+
+use bson::{DateTime, Document, Timestamp, doc};
+use mongodb::Collection;
+use mongodb::options::WriteConcern;
+
+use crate::app::mongo_client_with;
+use crate::check::CHECK_TIMEOUT;
+use crate::config::Config;
+use crate::error::BridgeError;
+use crate::event::format_timestamp;
+
+mod format;
+
+use format::{age, id_text, int, position_of, print_doc, rfc3339};
+
+/// Where `offsets reset` moves a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    /// The deployment's current cluster time.
+    Now,
+    /// A given cluster time.
+    Timestamp(Timestamp),
+    /// Remove the document: the next start follows the pipeline's `start_at`.
+    Delete,
+}
+
+/// One `offsets` subcommand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetsCommand {
+    /// Every document of the offsets collection.
+    List,
+    /// One pipeline's document.
+    Show {
+        /// Pipeline name (`_id`).
+        name: String,
+    },
+    /// Move or delete one pipeline's position.
+    Reset {
+        /// Pipeline name (`_id`).
+        name: String,
+        /// Target.
+        to: ResetTo,
+        /// Proceed even though a live instance holds the pipeline (it will be fenced).
+        force: bool,
+    },
+}
+
+/// Parses `T` of `--to-timestamp`: RFC 3339 (`2026-11-29T08:00:00Z`), `<seconds>.<increment>`
+/// (as printed by `offsets show` and the `mongo.cluster_time` header) or Unix seconds.
+///
+/// Errors: a sentence saying which forms are accepted.
+pub fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
+    let text = text.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        let secs = u32::try_from(t.timestamp()).map_err(|_| format!("{text:?} is out of range"))?;
+        return Ok(Timestamp {
+            time: secs,
+            increment: 0,
+        });
+    }
+    let (secs, inc) = text.split_once('.').unwrap_or((text, "0"));
+    match (secs.parse::<u32>(), inc.parse::<u32>()) {
+        (Ok(time), Ok(increment)) => Ok(Timestamp { time, increment }),
+        _ => Err(format!(
+            "{text:?} is not a time: use RFC 3339 (2026-11-29T08:00:00Z), <seconds>.<increment> \
+             or Unix seconds"
+        )),
+    }
+}
+
+/// Runs `command`, writing its report to `out`. Returns whether it succeeded (`false`: a reset
+/// was refused or the pipeline has no document).
+///
+/// Errors: [`BridgeError::Config`] for a URI the driver rejects; [`BridgeError::Checkpoint`] when
+/// MongoDB cannot be reached or refuses the read or write.
+pub async fn run(
+    config: &Config,
+    command: &OffsetsCommand,
+    out: &mut impl Write,
+) -> Result<bool, BridgeError> {
+    let client = mongo_client_with(config, |o| {
+        o.server_selection_timeout = Some(CHECK_TIMEOUT);
+        o.connect_timeout = Some(CHECK_TIMEOUT);
+    })
+    .await?;
+    let collection = client
+        .database(&config.mongodb.offsets_database)
+        .collection::<Document>(&config.mongodb.offsets_collection);
+    let admin = Admin {
+        collection,
+        client: client.clone(),
+        config,
+    };
+    let result = admin.run(command, out).await;
+    client.shutdown().immediate(true).await;
+    result
+}
+
+struct Admin<'a> {
+    collection: Collection<Document>,
+    client: mongodb::Client,
+    config: &'a Config,
+}
+
+fn failed(name: &str, source: mongodb::error::Error) -> BridgeError {
+    BridgeError::Checkpoint {
+        pipeline: name.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+impl Admin<'_> {
+    async fn run(
+        &self,
+        command: &OffsetsCommand,
+        out: &mut impl Write,
+    ) -> Result<bool, BridgeError> {
+        match command {
+            OffsetsCommand::List => self.list(out).await,
+            OffsetsCommand::Show { name } => match self.find(name).await? {
+                Some(doc) => {
+                    print_doc(out, &doc);
+                    Ok(true)
+                }
+                None => {
+                    let _ = writeln!(out, "{}", self.missing(name));
+                    Ok(false)
+                }
+            },
+            OffsetsCommand::Reset { name, to, force } => self.reset(name, *to, *force, out).await,
+        }
+    }
+
+    fn missing(&self, name: &str) -> String {
+        let configured = self.config.pipelines.iter().any(|p| p.name == name);
+        format!(
+            "pipeline {name:?} has no offsets document in {}.{}{}",
+            self.config.mongodb.offsets_database,
+            self.config.mongodb.offsets_collection,
+            if configured {
+                " (it has not started yet: it will start at its `start_at`)"
+            } else {
+                " and is not in the configuration"
+            }
+        )
+    }
+
+    async fn find(&self, name: &str) -> Result<Option<Document>, BridgeError> {
+        self.collection
+            .find_one(doc! { "_id": name })
+            .await
+            .map_err(|e| failed(name, e))
+    }
+
+    async fn list(&self, out: &mut impl Write) -> Result<bool, BridgeError> {
+        use futures::TryStreamExt;
+        let docs: Vec<Document> = self
+            .collection
+            .find(doc! {})
+            .sort(doc! { "_id": 1 })
+            .await
+            .map_err(|e| failed("*", e))?
+            .try_collect()
+            .await
+            .map_err(|e| failed("*", e))?;
+        let _ = writeln!(
+            out,
+            "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}",
+            "PIPELINE", "POSITION", "AGE", "EPOCH", "LEASE", "EVENTS"
+        );
+        for d in &docs {
+            let name = id_text(d);
+            let lease = match d.get_datetime("leaseUntil") {
+                Ok(until) if until.timestamp_millis() > DateTime::now().timestamp_millis() => {
+                    format!("live until {}", rfc3339(until.timestamp_millis() / 1000))
+                }
+                Ok(_) => "expired".to_owned(),
+                Err(_) => "none".to_owned(),
+            };
+            let (position, age) = match position_of(d) {
+                Some((label, ts)) => (format!("{label} {}", format_timestamp(ts)), age(ts.time)),
+                None => ("none".to_owned(), String::new()),
+            };
+            let _ = writeln!(
+                out,
+                "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}",
+                int(d, "epoch"),
+                int(d, "eventsCommitted"),
+            );
+        }
+        for p in &self.config.pipelines {
+            if !docs.iter().any(|d| id_text(d) == p.name) {
+                let _ = writeln!(
+                    out,
+                    "{:<24} (no document yet: starts at {})",
+                    p.name, p.start_at
+                );
+            }
+        }
+        Ok(true)
+    }
+
+    async fn reset(
+        &self,
+        name: &str,
+        to: ResetTo,
+        force: bool,
+        out: &mut impl Write,
+    ) -> Result<bool, BridgeError> {
+        let before = self.find(name).await?;
+        let _ = writeln!(out, "before:");
+        match &before {
+            Some(d) => print_doc(out, d),
+            None => {
+                let _ = writeln!(out, "  (no document)");
+            }
+        }
+        if let Some(d) = &before
+            && let Ok(until) = d.get_datetime("leaseUntil")
+            && until.timestamp_millis() > DateTime::now().timestamp_millis()
+        {
+            let owner = d.get_str("owner").unwrap_or("unknown");
+            if !force {
+                let _ = writeln!(
+                    out,
+                    "refused: instance {owner} holds pipeline {name:?} (lease until {}). Stop it \
+                     first, wait for the lease to expire, or pass --force (it will then be \
+                     fenced and stop).",
+                    rfc3339(until.timestamp_millis() / 1000)
+                );
+                return Ok(false);
+            }
+            let _ = writeln!(
+                out,
+                "--force: instance {owner} holds the pipeline and will be fenced"
+            );
+        }
+        let majority = WriteConcern::majority();
+        let epoch = before.as_ref().map(|d| int(d, "epoch"));
+        let done = match (to, &before) {
+            (ResetTo::Delete, None) => {
+                let _ = writeln!(out, "{}", self.missing(name));
+                return Ok(false);
+            }
+            (ResetTo::Delete, Some(_)) => {
+                let r = self
+                    .collection
+                    .delete_one(doc! { "_id": name, "epoch": epoch })
+                    .write_concern(majority)
+                    .await
+                    .map_err(|e| failed(name, e))?;
+                r.deleted_count == 1
+            }
+            (target, _) => {
+                let at = match target {
+                    ResetTo::Timestamp(ts) => ts,
+                    _ => self.cluster_time(name).await?,
+                };
+                self.move_to(name, epoch, at, majority).await?
+            }
+        };
+        if !done {
+            let _ = writeln!(
+                out,
+                "failed: the document changed while resetting (another instance took the \
+                 pipeline); run the command again"
+            );
+            return Ok(false);
+        }
+        let _ = writeln!(out, "after:");
+        match self.find(name).await? {
+            Some(d) => print_doc(out, &d),
+            None => {
+                let _ = writeln!(out, "  (no document: the next start follows `start_at`)");
+            }
+        }
+        Ok(true)
+    }
+
+    /// Stores `startAtOperationTime: at` without a token and increments `epoch`.
+    async fn move_to(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        at: Timestamp,
+        majority: WriteConcern,
+    ) -> Result<bool, BridgeError> {
+        let now = DateTime::now();
+        let owner = format!("offsets reset ({}:{})", host(), std::process::id());
+        let set = doc! {
+            "startAtOperationTime": at, "positionTime": at, "updatedAt": now,
+            "leaseUntil": now, "owner": owner, "bridgeVersion": env!("CARGO_PKG_VERSION"),
+        };
+        let unset = doc! { "resumeToken": "", "clusterTime": "", "wallTime": "" };
+        let Some(epoch) = epoch else {
+            let mut new = set;
+            new.insert("_id", name);
+            new.insert("epoch", 1_i64);
+            new.insert("eventsCommitted", 0_i64);
+            return match self
+                .collection
+                .insert_one(new)
+                .write_concern(majority)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) if is_duplicate_key(&e) => Ok(false),
+                Err(e) => Err(failed(name, e)),
+            };
+        };
+        let update = doc! { "$set": set, "$unset": unset, "$inc": { "epoch": 1_i64 } };
+        let r = self
+            .collection
+            .update_one(doc! { "_id": name, "epoch": epoch }, update)
+            .write_concern(majority)
+            .await
+            .map_err(|e| failed(name, e))?;
+        Ok(r.matched_count == 1)
+    }
+
+    /// The deployment's cluster time: `operationTime` (else `$clusterTime.clusterTime`) of
+    /// `hello`. Errors when the server reports neither (a standalone server).
+    async fn cluster_time(&self, name: &str) -> Result<Timestamp, BridgeError> {
+        let reply = self
+            .client
+            .database("admin")
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| failed(name, e))?;
+        reply
+            .get_timestamp("operationTime")
+            .ok()
+            .or_else(|| {
+                reply
+                    .get_document("$clusterTime")
+                    .ok()?
+                    .get_timestamp("clusterTime")
+                    .ok()
+            })
+            .ok_or_else(|| BridgeError::OffsetsDocument {
+                pipeline: name.to_owned(),
+                reason: "the server reports no cluster time (operationTime of hello): is it a \
+                         replica set? Use --to-timestamp instead"
+                    .to_owned(),
+            })
+    }
+}
+
+fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    matches!(e.kind.as_ref(), mongodb::error::ErrorKind::Write(
+        mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000)
+}
+
+fn host() -> String {
+    std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_parse_in_every_documented_form() {
+        let t = |time, increment| Ok(Timestamp { time, increment });
+        assert_eq!(parse_timestamp("1764403200.7"), t(1_764_403_200, 7));
+        assert_eq!(parse_timestamp("1764403200"), t(1_764_403_200, 0));
+        assert_eq!(parse_timestamp("2025-11-29T08:00:00Z"), t(1_764_403_200, 0));
+        assert!(parse_timestamp("yesterday").is_err());
+        assert!(parse_timestamp("1.x").is_err());
+    }
+}

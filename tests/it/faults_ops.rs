@@ -1,0 +1,155 @@
+//! Readiness and metrics under server faults, each test on its own `scripts/services` instance
+//! (they stop or freeze servers, or set server-wide fail points), so they run in parallel with
+//! the rest. They skip when the servers are external (`MKB_SERVICES_MANAGED` unset).
+
+use std::time::Duration;
+
+use bson::doc;
+
+use crate::opsutil::{Instance, eventually, get, try_get};
+use crate::support::{config, config_file, spawn_binary, unique};
+
+fn toml(mongo_uri: &str, kafka: &str, db: &str, listen: &str) -> String {
+    format!(
+        r#"
+[mongodb]
+uri = "{mongo_uri}"
+[kafka]
+bootstrap_servers = "{kafka}"
+[kafka.properties]
+"linger.ms" = 5
+"message.timeout.ms" = 60000
+[bridge]
+commit_interval_ms = 200
+shutdown_timeout_ms = 5000
+max_await_time_ms = 200
+max_restart_backoff_ms = 1000
+ready_max_delivery_age_ms = 1000
+[metrics]
+listen = "{listen}"
+[[pipelines]]
+name = "orders"
+database = "{db}"
+collection = "orders"
+"#
+    )
+}
+
+async fn ready(addr: std::net::SocketAddr, want: u16, reason: &'static str) -> String {
+    let started = std::time::Instant::now();
+    let body = eventually(Duration::from_secs(30), reason, || async move {
+        let (code, body) = get(addr, "/readyz").await;
+        (code == want && body.contains(reason)).then_some(body)
+    })
+    .await;
+    eprintln!("readyz {want} {reason:?} after {:?}", started.elapsed());
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_fails_under_a_frozen_broker_and_a_stopped_server_and_recovers() {
+    let Some(instance) = Instance::up("ops-ready", &[]) else {
+        return;
+    };
+    // GIVEN a ready bridge on its own servers
+    let db = unique("ready");
+    // The driver reports a stopped server after server selection gives up (30 s by default).
+    let uri = format!("{}&serverSelectionTimeoutMS=2000", instance.mongo_uri);
+    let text = toml(&uri, &instance.kafka, &db, "127.0.0.1:0");
+    let bridge = mongo_kafka_bridge::Bridge::start(config(&text))
+        .await
+        .unwrap();
+    let addr = bridge.metrics_addr();
+    ready(addr, 200, "ready").await;
+    let client = mongodb::Client::with_uri_str(&instance.mongo_uri)
+        .await
+        .unwrap();
+    let coll = client.database(&db).collection::<bson::Document>("orders");
+
+    // WHEN the broker freezes while events arrive: not ready (stale delivery), still live
+    instance.services(&["freeze", "kafka"]);
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    let body = ready(addr, 503, "oldest undelivered record").await;
+    assert!(body.contains("pipeline orders"), "{body}");
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    // THEN thawing it makes the bridge ready again
+    instance.services(&["thaw", "kafka"]);
+    ready(addr, 200, "ready").await;
+
+    // WHEN MongoDB stops: the stream closes and the bridge is not ready
+    instance.services(&["down", "--only", "mongo"]);
+    ready(addr, 503, "change stream not open").await;
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    // THEN once it is back the pipeline restarts and is ready, and the restart was counted
+    instance.services(&["up", "--only", "mongo"]);
+    ready(addr, 200, "ready").await;
+    let (_, metrics) = get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("mongo_kafka_bridge_pipeline_restarts_total{pipeline=\"orders\""),
+        "{metrics}"
+    );
+    bridge.shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(20), bridge.wait()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_headroom_is_absent_with_a_log_line_when_the_oplog_cannot_be_read() {
+    let Some(instance) = Instance::up("ops-nohist", &[]) else {
+        return;
+    };
+    // GIVEN a server that refuses `find` (code 13) to the bridge's connections only
+    let admin = mongodb::Client::with_uri_str(&instance.mongo_uri)
+        .await
+        .unwrap();
+    admin
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand", "mode": "alwaysOn",
+            "data": { "failCommands": ["find"], "errorCode": 13, "appName": "mkb-nohistory" },
+        })
+        .await
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let uri = format!("{}&appName=mkb-nohistory", instance.mongo_uri);
+    let db = unique("nohist");
+    let file = config_file(&toml(
+        &uri,
+        &instance.kafka,
+        &db,
+        &format!("127.0.0.1:{port}"),
+    ));
+    // WHEN the bridge runs
+    let mut child = spawn_binary(file.path());
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let metrics = eventually(
+        Duration::from_secs(20),
+        "a committed position",
+        || async move {
+            let (_, body) = try_get(addr, "/metrics").await?;
+            body.contains("mongo_kafka_bridge_checkpoint_lag_seconds{pipeline=\"orders\"}")
+                .then_some(body)
+        },
+    )
+    .await;
+    // THEN no headroom or window series is made up, and the log says which call failed
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !metrics.contains("mongo_kafka_bridge_history_headroom_seconds{"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("mongo_kafka_bridge_history_window_seconds "),
+        "{metrics}"
+    );
+    let log = std::fs::read_to_string(file.path().with_extension("log")).unwrap();
+    assert!(log.contains("history headroom unknown"), "{log}");
+    assert!(
+        log.contains("find on local.oplog.rs") && log.contains("Unauthorized"),
+        "{log}"
+    );
+}

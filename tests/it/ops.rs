@@ -1,0 +1,239 @@
+//! Operations against the live servers: the `offsets` CLI (list, show, reset with lease
+//! refusal and fencing, delete), the `check` preflight, the history headroom series.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use bson::doc;
+use mongo_kafka_bridge::BridgeError;
+
+use crate::opsutil::{eventually, get};
+use crate::support::{
+    config_file, config_toml, mongo, offsets_doc, start_bridge, unique, wait_offsets,
+};
+
+fn cli(args: &[&str], config: &std::path::Path) -> (Option<i32>, String) {
+    let out: Output = Command::new(crate::support::binary())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// Waits until the pipeline `orders` committed its initial position (its stream is open).
+async fn opened(client: &mongodb::Client, db: &str) {
+    wait_offsets(client, db, "orders", Duration::from_secs(20), |d| {
+        d.contains_key("resumeToken")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_restarts_there() {
+    // GIVEN a running bridge that committed a position
+    let db = unique("offs");
+    let text = config_toml("orders", &db, Some("orders"), "");
+    let file = config_file(&text);
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("orders");
+    let bridge = start_bridge(&text).await;
+    opened(&client, &db).await;
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    let before = wait_offsets(&client, &db, "orders", Duration::from_secs(20), |d| {
+        d.get_i64("eventsCommitted") == Ok(1)
+    })
+    .await;
+    let epoch = before.get_i64("epoch").unwrap();
+
+    // WHEN listing and showing
+    let (code, out) = cli(&["offsets", "list"], file.path());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("orders") && out.contains("live until"),
+        "{out}"
+    );
+    let (code, out) = cli(&["offsets", "show", "orders"], file.path());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("resumeToken: {_data:") && out.contains("eventsCommitted: 1"),
+        "{out}"
+    );
+    let (code, out) = cli(&["offsets", "show", "nope"], file.path());
+    assert_eq!(code, Some(1), "{out}");
+
+    // THEN a reset is refused while the lease is live, and changes nothing
+    let (code, out) = cli(&["offsets", "reset", "orders", "--to-now"], file.path());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("refused: instance") && out.contains("--force"),
+        "{out}"
+    );
+    let unchanged = offsets_doc(&client, &db, "orders").await.unwrap();
+    assert_eq!(unchanged.get_i64("epoch"), Ok(epoch));
+
+    // WHEN forced: the position becomes a start time without a token, the epoch moves on
+    let (code, out) = cli(
+        &["offsets", "reset", "orders", "--to-now", "--force"],
+        file.path(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("before:") && out.contains("after:"), "{out}");
+    let reset = offsets_doc(&client, &db, "orders").await.unwrap();
+    assert!(!reset.contains_key("resumeToken"), "{reset}");
+    let start = reset.get_timestamp("startAtOperationTime").unwrap();
+    assert_eq!(reset.get_i64("epoch"), Ok(epoch + 1));
+
+    // THEN the running instance is fenced instead of overwriting the reset
+    let result = tokio::time::timeout(Duration::from_secs(20), bridge.wait())
+        .await
+        .expect("the fenced bridge stops");
+    assert!(
+        matches!(result, Err(BridgeError::Fenced { .. })),
+        "{result:?}"
+    );
+    let after_fence = offsets_doc(&client, &db, "orders").await.unwrap();
+    assert_eq!(after_fence.get_timestamp("startAtOperationTime"), Ok(start));
+
+    // AND a new instance starts at the stored time and commits a token again
+    let bridge = start_bridge(&text).await;
+    opened(&client, &db).await;
+    coll.insert_one(doc! { "_id": 2 }).await.unwrap();
+    let resumed = wait_offsets(&client, &db, "orders", Duration::from_secs(20), |d| {
+        d.contains_key("resumeToken") && d.get_i64("eventsCommitted") == Ok(2)
+    })
+    .await;
+    assert!(!resumed.contains_key("startAtOperationTime"), "{resumed}");
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+
+    // WHEN moved to a given time, then deleted (forced: the lease outlives a clean stop)
+    let (code, out) = cli(
+        &[
+            "offsets",
+            "reset",
+            "orders",
+            "--to-timestamp",
+            "1764403200.3",
+            "--force",
+        ],
+        file.path(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let moved = offsets_doc(&client, &db, "orders").await.unwrap();
+    let ts = moved.get_timestamp("startAtOperationTime").unwrap();
+    assert_eq!((ts.time, ts.increment), (1_764_403_200, 3));
+    let (code, out) = cli(
+        &["offsets", "reset", "orders", "--delete", "--force"],
+        file.path(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("(no document: the next start follows `start_at`)"),
+        "{out}"
+    );
+    assert!(offsets_doc(&client, &db, "orders").await.is_none());
+    let (code, out) = cli(&["offsets", "reset", "orders"], file.path());
+    assert_eq!(code, Some(2), "a reset needs a target: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_preflight_checks_privileges_oplog_offsets_images_and_sizes() {
+    // GIVEN a collection with a 20 kB document, required pre-images that are not enabled, and
+    // a pipeline whose offsets document is invalid
+    let db = unique("pre");
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("orders");
+    coll.insert_one(doc! { "_id": 1, "blob": "x".repeat(20_000) })
+        .await
+        .unwrap();
+    let extra = "full_document_before_change = \"required\"\n";
+    let mut text = config_toml("orders", &db, Some("orders"), extra);
+    text.push_str(&format!(
+        "\n[[pipelines]]\nname = \"broken\"\ndatabase = \"{db}\"\ncollection = \"other\"\n"
+    ));
+    client
+        .database(&format!("{db}_offsets"))
+        .collection::<bson::Document>("offsets")
+        .insert_one(doc! { "_id": "broken", "epoch": "not a number" })
+        .await
+        .unwrap();
+    let file = config_file(&text);
+    // WHEN check runs with a one-week minimum oplog window
+    let (code, out) = cli(&["check", "--min-oplog-window-hours", "168"], file.path());
+    // THEN it exits 1 with a ✘ and a remedy for each problem, and ✔ for the rest
+    assert_eq!(code, Some(1), "{out}");
+    let has = |prefix: &str, needle: &str| {
+        out.lines()
+            .any(|l| l.starts_with(prefix) && l.contains(needle))
+    };
+    assert!(has("✔", "writable with write concern majority"), "{out}");
+    assert!(has("✘", "is below the minimum 168h00m. Remedy"), "{out}");
+    assert!(has("✘", "images are `required` but not enabled"), "{out}");
+    assert!(
+        has("✘", "pipeline broken: offsets document is invalid"),
+        "{out}"
+    );
+    assert!(has("✔", "pipeline orders: no offsets yet"), "{out}");
+    assert!(has("✔", "largest document in"), "{out}");
+    assert!(
+        has("✔", "privileges") || has("✔", "user may changeStream"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_headroom_and_checkpoint_lag_are_exported_for_a_running_pipeline() {
+    // GIVEN a running bridge that committed its first position
+    let db = unique("head");
+    let text = config_toml("orders", &db, Some("orders"), "");
+    let client = mongo().await;
+    let bridge = start_bridge(&text).await;
+    let coll = client.database(&db).collection::<bson::Document>("orders");
+    opened(&client, &db).await;
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    let addr = bridge.metrics_addr();
+    // THEN /metrics carries a positive headroom, a small lag, the e2e histogram, build info
+    let last = std::sync::Mutex::new(String::new());
+    let body = tokio::time::timeout(
+        Duration::from_secs(20),
+        eventually(Duration::from_secs(30), "headroom series", || async {
+            let (_, body) = get(addr, "/metrics").await;
+            *last.lock().unwrap() = body.clone();
+            let e2e = "mongo_kafka_bridge_end_to_end_latency_seconds_count{pipeline=\"orders\"} 1";
+            let headroom = "mongo_kafka_bridge_history_headroom_seconds{pipeline=\"orders\"}";
+            (body.contains(headroom) && body.contains(e2e)).then_some(body)
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no headroom series in:\n{}", last.lock().unwrap()));
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{pipeline=\"orders\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    assert!(
+        value("mongo_kafka_bridge_history_headroom_seconds") >= 0.0,
+        "{body}"
+    );
+    assert!(
+        value("mongo_kafka_bridge_checkpoint_lag_seconds") < 60.0,
+        "{body}"
+    );
+    assert!(
+        body.contains("mongo_kafka_bridge_history_window_seconds "),
+        "{body}"
+    );
+    assert!(body.contains("mongo_kafka_bridge_build_info{"), "{body}");
+    assert!(body.contains("topic=\""), "per-topic series: {body}");
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
