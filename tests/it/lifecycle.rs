@@ -203,3 +203,74 @@ async fn c27_an_idle_first_start_commits_so_writes_while_down_are_not_lost() {
         Some(r#"{"_id":{"$numberInt":"1"}}"#)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_within_the_bound_and_a_second_signal_exits_at_once() {
+    // GIVEN the binary with undeliverable events in flight (Kafka unreachable)
+    let db = unique("sig");
+    let text = config_toml("sig", &db, Some("t"), "")
+        .replace(&kafka_bootstrap(), "127.0.0.1:1")
+        .replace("shutdown_timeout_ms = 10000", "shutdown_timeout_ms = 3000");
+    let file = config_file(&text);
+    let client = mongo().await;
+    let mut first = spawn_binary(file.path());
+    wait_offsets(&client, &db, "sig", WAIT, |d| d.contains_key("resumeToken")).await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    coll.insert_many((0..50).map(|i| doc! { "_id": i }))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // WHEN it gets one SIGTERM
+    let started = std::time::Instant::now();
+    signal(&first, "TERM");
+    let status = wait_exit(&mut first, Duration::from_secs(20));
+    // THEN it gives up draining after shutdown_timeout_ms and exits 0, committing nothing new
+    assert_eq!(status, Some(0));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    let offsets = offsets_doc(&client, &db, "sig").await.unwrap();
+    assert_eq!(offsets.get_i64("eventsCommitted").unwrap(), 0);
+    // WHEN a second instance gets two signals in a row
+    let mut second = spawn_binary(file.path());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    coll.insert_one(doc! { "_id": 100 }).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    signal(&second, "TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(&second, "INT");
+    // THEN it exits at once with 130
+    let status = wait_exit(&mut second, Duration::from_secs(10));
+    assert_eq!(status, Some(130));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{name}");
+}
+
+fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -261,3 +261,41 @@ async fn sample_documents_read_back_byte_for_byte_in_canonical_mode() {
     got.sort_unstable();
     assert_eq!(got, expected);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_of_a_transaction_carry_txn_number_and_lsid_headers() {
+    // GIVEN a bridge on db.orders
+    let db = unique("txn");
+    let topic = format!("{db}.orders");
+    create_topic(&topic, 1).await;
+    let bridge = bridge_on("txn", &db, "orders", "").await;
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("orders");
+    coll.insert_one(doc! { "_id": 0 }).await.unwrap();
+    // WHEN two documents are inserted in one transaction
+    let mut session = client.start_session().await.unwrap();
+    session.start_transaction().await.unwrap();
+    coll.insert_one(doc! { "_id": 1 })
+        .session(&mut session)
+        .await
+        .unwrap();
+    coll.insert_one(doc! { "_id": 2 })
+        .session(&mut session)
+        .await
+        .unwrap();
+    session.commit_transaction().await.unwrap();
+    // THEN both records carry the same txn number and lsid, and the plain insert neither
+    let records = collect(&topic, 3, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0].header("mongo.txn_number"), None);
+    assert_eq!(records[0].header("mongo.lsid"), None);
+    let value = records[1].json();
+    let txn = value["txnNumber"].as_i64().unwrap().to_string();
+    assert_eq!(records[1].header("mongo.txn_number"), Some(txn.as_str()));
+    assert_eq!(records[2].header("mongo.txn_number"), Some(txn.as_str()));
+    let lsid = records[1].header("mongo.lsid").unwrap();
+    assert!(lsid.starts_with(r#"{"id":{"$binary":{"base64":"#), "{lsid}");
+    assert_eq!(records[2].header("mongo.lsid"), Some(lsid));
+}
