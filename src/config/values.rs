@@ -1,0 +1,147 @@
+//! The value types of the configuration: enums of the documented choices, librdkafka property
+//! values, and the redacting connection-string wrapper.
+//!
+//! Invariant: [`SecretUri`]'s `Debug` never shows the password.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// A librdkafka property value as written in TOML (librdkafka takes strings).
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    /// `"lz4"`.
+    Text(String),
+    /// `5`.
+    Integer(i64),
+    /// `true`.
+    Bool(bool),
+    /// `0.5`.
+    Float(f64),
+}
+
+impl fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Text(s) => f.write_str(s),
+            Self::Integer(i) => write!(f, "{i}"),
+            Self::Bool(b) => write!(f, "{b}"),
+            Self::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+impl fmt::Debug for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// `full_document`: MongoDB's `fullDocument` change stream option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullDocument {
+    /// Server default: no `fullDocument` on updates.
+    Default,
+    /// Look the document up when the update is read (may be newer, or null if deleted since).
+    UpdateLookup,
+    /// Post-image when the collection records them.
+    WhenAvailable,
+    /// Post-image, or the stream fails.
+    Required,
+}
+
+/// `full_document_before_change`: MongoDB's `fullDocumentBeforeChange` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FullDocumentBeforeChange {
+    /// No pre-image.
+    Off,
+    /// Pre-image when the collection records them.
+    WhenAvailable,
+    /// Pre-image, or the stream fails.
+    Required,
+}
+
+/// `value`: what a record's value holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueMode {
+    /// The whole change event.
+    ChangeEvent,
+    /// `fullDocument` only (null for deletes and vanished documents).
+    Document,
+}
+
+/// `on_history_lost`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHistoryLost {
+    /// Stop with an actionable error; the offset is left as is.
+    Fail,
+    /// Restart at the current cluster time and publish a gap marker record to every partition
+    /// of every topic the pipeline writes, so every consumer group learns of the gap.
+    Skip,
+    /// Re-snapshot (not available in this version).
+    Snapshot,
+}
+
+/// `on_oversize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOversize {
+    /// Stop the pipeline with an actionable error.
+    Fail,
+    /// Publish a small stub (key, headers, `mongo.error`, size, reason) to `dead_letter_topic`
+    /// instead; the event then counts as delivered.
+    DeadLetter,
+}
+
+/// Where a pipeline starts when it has no offset yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The current time.
+    Now,
+    /// `startAtOperationTime` at this many seconds since the Unix epoch.
+    Timestamp(u32),
+}
+
+/// A MongoDB connection string whose password is never printed.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct SecretUri(String);
+
+impl SecretUri {
+    /// Wraps a connection string.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self(uri.into())
+    }
+    /// The connection string itself, for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// The password in the userinfo part, if any.
+    pub fn password(&self) -> Option<&str> {
+        let rest = self.0.split_once("://")?.1;
+        let authority = rest.split(['/', '?']).next()?;
+        let userinfo = authority.rsplit_once('@')?.0;
+        userinfo
+            .split_once(':')
+            .map(|(_, p)| p)
+            .filter(|p| !p.is_empty())
+    }
+    /// The connection string with the password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match self.password() {
+            Some(p) => self.0.replacen(&format!(":{p}@"), ":***@", 1),
+            None => self.0.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for SecretUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
