@@ -207,7 +207,7 @@ pub async fn run_observed(
     }
     let result = bridge.wait().await;
     match &result {
-        Ok(()) => info!("bridge stopped: every pipeline drained and committed its safe position"),
+        Ok(()) => info!("bridge stopped; committed positions cover delivered events only"),
         Err(_) => info!("bridge stopped after a fatal error"),
     }
     result

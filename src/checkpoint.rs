@@ -205,6 +205,12 @@ impl OffsetsStore {
         self.update(epoch, update).await
     }
 
+    /// Ends the lease now (clean shutdown), so tools and `offsets reset` see no live owner.
+    pub async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
+        self.update(epoch, doc! { "$set": { "leaseUntil": DateTime::now() } })
+            .await
+    }
+
     /// Refreshes `leaseUntil` only.
     pub async fn renew(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(epoch, doc! { "$set": { "leaseUntil": self.lease_until() } })

@@ -126,7 +126,7 @@ pub enum BridgeError {
     },
     /// Another instance took the pipeline over (its epoch is newer than ours).
     #[error(
-        "pipeline {pipeline:?} was fenced: another bridge instance took it over (epoch {epoch} is \
+        "pipeline {pipeline:?} was fenced: another bridge instance or an `offsets reset` took it over (epoch {epoch} is \
          no longer current). This instance stops the pipeline; nothing after the last commit was \
          committed by it"
     )]

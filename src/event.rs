@@ -6,8 +6,6 @@
 //!   (<https://www.mongodb.com/docs/manual/changeStreams/#resume-tokens>).
 //! - [`ChangeEventView`] borrows the raw event as the server sent it; nothing is re-serialized.
 
-use std::time::Instant;
-
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
 
 /// A resumable position of a change stream: what the offsets document stores.
@@ -33,8 +31,9 @@ pub enum SourceItem {
     Event {
         /// The event document as the server sent it.
         raw: RawDocumentBuf,
-        /// When the batch holding it arrived.
-        received_at: Instant,
+        /// Holds `raw`'s bytes in the source → relay byte budget until the relay has enqueued
+        /// the event's records (dropping it returns the bytes).
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
     },
     /// The post-batch resume token of an empty batch: a position past everything read so far.
     Watermark {

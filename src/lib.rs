@@ -18,6 +18,7 @@ pub mod gap;
 pub mod health;
 pub mod history;
 pub mod http;
+pub mod kafka_log;
 pub mod metrics;
 pub mod offsets_cli;
 pub mod pipeline;

@@ -33,8 +33,9 @@ use crate::source::{self, Start};
 
 /// A run longer than this resets the restart backoff.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
-/// Capacity of the source → relay channel (items).
-const CHANNEL_CAPACITY: usize = 1024;
+/// Capacity of the source → relay channel (items); its bytes are bounded separately by
+/// `max_in_flight_bytes` (see [`source::Channel`]).
+const CHANNEL_CAPACITY: usize = 256;
 
 /// Everything one pipeline needs.
 pub struct PipelineContext {
@@ -122,6 +123,12 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
         }
     };
     ctx.health.stopped.store(true, Ordering::Relaxed);
+    if let (Ok(()), Some(epoch)) = (&result, epoch) {
+        // A clean stop hands the pipeline back at once: tools see no live owner.
+        if store.release(epoch).await.is_ok() {
+            info!(pipeline = %name, "stopped; lease released");
+        }
+    }
     result
 }
 
@@ -168,7 +175,8 @@ enum Outcome {
 }
 
 /// [`run_once`] plus the history-loss policy: with `skip`, gap markers are published, the offsets
-/// move to the current cluster time, and the pipeline restarts there.
+/// move to the current cluster time, and the pipeline restarts there. Either way the error and
+/// the markers' `from` name the position committed last (re-read from the offsets document).
 async fn run_guarded(
     ctx: &PipelineContext,
     store: &OffsetsStore,
@@ -178,9 +186,25 @@ async fn run_guarded(
     let (epoch, from) = (offsets.epoch, offsets.cluster_time);
     match run_once(ctx, store, offsets, cancel).await {
         Ok(()) => Ok(Outcome::Stopped),
-        Err(error @ BridgeError::HistoryLost { .. })
-            if ctx.pipeline.on_history_lost == OnHistoryLost::Skip =>
-        {
+        Err(BridgeError::HistoryLost {
+            pipeline, source, ..
+        }) => {
+            // History can be lost mid-run (a `getMore`), after this run committed more: name
+            // (and skip from) the position committed last, not the one the run started at.
+            let from = store
+                .load(epoch)
+                .await
+                .ok()
+                .and_then(|o| o.cluster_time)
+                .or(from);
+            let error = BridgeError::HistoryLost {
+                pipeline,
+                cluster_time: from.map_or_else(|| "unknown".to_owned(), format_timestamp),
+                source,
+            };
+            if ctx.pipeline.on_history_lost != OnHistoryLost::Skip {
+                return Err(error);
+            }
             let reason = format!("resume token no longer in the oplog ({error})");
             skip_history(ctx, store, epoch, from, &reason).await?;
             Ok(Outcome::Restart)
@@ -275,11 +299,17 @@ async fn run_once(
     }
     let sink = KafkaSink::with_context(&ctx.config.kafka, ctx.metrics.rdkafka_context())?;
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let budget_bytes = u32::try_from(b.max_in_flight_bytes).unwrap_or(u32::MAX);
+    let channel = source::Channel {
+        tx,
+        budget: Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize)),
+        budget_bytes,
+    };
     let (safe_tx, safe_rx) = watch::channel(None);
     let run_cancel = cancel.child_token();
     let source_task = tokio::spawn({
         let (name, cancel, health) = (p.name.clone(), run_cancel.clone(), Arc::clone(&ctx.health));
-        async move { source::run(&name, stream, tx, cancel, health).await }
+        async move { source::run(&name, stream, channel, cancel, health).await }
     });
     let interval = Duration::from_millis(b.commit_interval_ms);
     let checkpointer = tokio::spawn({

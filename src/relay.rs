@@ -49,6 +49,16 @@ struct Pending {
     topic: Arc<str>,
 }
 
+/// Resolves after a short pause when `wanted`, never otherwise: the retry of an event whose
+/// enqueue met a full librdkafka queue while nothing of ours is in flight to wait for.
+async fn retry_later(wanted: bool) {
+    if wanted {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    } else {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// In-flight bounds of one pipeline.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -128,7 +138,7 @@ impl Relay {
         let mut pending: Option<Pending> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
-            self.health.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+            let stalled = pending.is_some() && self.window.is_empty();
             tokio::select! {
                 biased;
                 Some(done) = self.window.next(), if !self.window.is_empty() => {
@@ -137,8 +147,7 @@ impl Relay {
                         pending = self.enqueue(p)?;
                     }
                 }
-                _ = tokio::time::sleep(Duration::from_millis(5)),
-                    if pending.is_some() && self.window.is_empty() => {
+                () = retry_later(stalled) => {
                     if let Some(p) = pending.take() {
                         pending = self.enqueue(p)?;
                     }
@@ -148,15 +157,22 @@ impl Relay {
                     Some(item) => pending = self.accept(item)?,
                     None => break,
                 },
-                _ = tick.tick() => self.publish_gauges(),
+                _ = tick.tick() => {
+                    self.health.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+                    self.publish_gauges();
+                }
             }
         }
         self.drain(pending).await
     }
 
+    /// Takes one item from the source. An event's byte-budget permit is dropped on return, once
+    /// its records are enqueued (librdkafka holds its own copy) or kept in `Pending`.
     fn accept(&mut self, item: SourceItem) -> Result<Option<Pending>, BridgeError> {
         match item {
-            SourceItem::Event { raw, .. } => {
+            SourceItem::Event { raw, permit } => {
+                // Held until this arm ends: the records are then enqueued or kept in `Pending`.
+                let _permit = permit;
                 self.metrics
                     .source_bytes
                     .inc_by(raw.as_bytes().len() as u64);

@@ -10,10 +10,12 @@
 //!   which closes the server cursor (`killCursors`).
 //! - Resuming uses `startAfter` (survives an invalidate), a first start `startAtOperationTime`
 //!   or the current time (<https://www.mongodb.com/docs/manual/changeStreams/#resume-a-change-stream>).
+//! - A collection scope on a view or a time-series collection is refused before the stream opens
+//!   ([`unwatchable`], case C23), whether or not the server itself would refuse it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::{RawDocumentBuf, Timestamp};
 use mongodb::Client;
@@ -193,14 +195,30 @@ async fn open_with(
     Ok(stream.with_type::<RawDocumentBuf>())
 }
 
-/// Reads `stream` into `tx` until `cancel` fires (returns `Ok`) or the stream fails.
+/// The source → relay channel: items in read order, and a byte budget (a semaphore whose permits
+/// are bytes) so raw events waiting for the relay stay bounded in bytes, not only in count.
+pub struct Channel {
+    /// Items in read order.
+    pub tx: mpsc::Sender<SourceItem>,
+    /// Permits = bytes of raw events sent and not yet enqueued by the relay.
+    pub budget: Arc<tokio::sync::Semaphore>,
+    /// The budget's size (bytes); a larger event takes all of it.
+    pub budget_bytes: u32,
+}
+
+/// Reads `stream` into `channel` until `cancel` fires (returns `Ok`) or the stream fails.
 pub async fn run(
     pipeline: &str,
     mut stream: RawStream,
-    tx: mpsc::Sender<SourceItem>,
+    channel: Channel,
     cancel: CancellationToken,
     health: Arc<PipelineHealth>,
 ) -> Result<(), BridgeError> {
+    let Channel {
+        tx,
+        budget,
+        budget_bytes,
+    } = channel;
     let mut last_watermark: Option<RawDocumentBuf> = None;
     let mut split = Reassembler::default();
     health.stream_open.store(true, Ordering::Relaxed);
@@ -212,10 +230,15 @@ pub async fn run(
         };
         let item = match next {
             Ok(Some(raw)) => match split.push(raw) {
-                Ok(Some(raw)) => SourceItem::Event {
-                    raw,
-                    received_at: Instant::now(),
-                },
+                Ok(Some(raw)) => {
+                    let bytes = u32::try_from(raw.as_bytes().len()).unwrap_or(u32::MAX);
+                    let permit = tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => break Ok(()),
+                        permit = Arc::clone(&budget).acquire_many_owned(bytes.min(budget_bytes)) => permit.ok(),
+                    };
+                    SourceItem::Event { raw, permit }
+                }
                 Ok(None) => continue,
                 Err(e) => {
                     let reason = e.to_string();

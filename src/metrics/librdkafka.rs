@@ -86,6 +86,7 @@ pub struct RdkafkaGauges {
 pub struct StatsContext {
     gauges: Option<RdkafkaGauges>,
     last_retries: AtomicU64,
+    logs: crate::kafka_log::LogLimiter,
 }
 
 impl StatsContext {
@@ -94,6 +95,7 @@ impl StatsContext {
         Self {
             gauges: Some(gauges),
             last_retries: AtomicU64::new(0),
+            logs: crate::kafka_log::LogLimiter::default(),
         }
     }
 
@@ -117,5 +119,13 @@ impl StatsContext {
 impl ClientContext for StatsContext {
     fn stats(&self, statistics: Statistics) {
         self.apply(&statistics);
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.logs.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.logs.error(&error, reason);
     }
 }
