@@ -264,17 +264,58 @@ pub fn classify_kafka(error: &KafkaError) -> ErrorClass {
     }
 }
 
+/// A one-line description of a driver error: the server's code name, code and message, or the
+/// kind of client-side failure, without the driver's debug dump.
+pub fn describe_mongo(error: &MongoError) -> String {
+    use mongodb::error::WriteFailure;
+    match error.kind.as_ref() {
+        MongoErrorKind::Command(c) => format!("{} ({}): {}", c.code_name, c.code, c.message),
+        MongoErrorKind::Write(WriteFailure::WriteConcernError(w)) => {
+            format!("{} ({}): {}", w.code_name, w.code, w.message)
+        }
+        MongoErrorKind::Write(WriteFailure::WriteError(w)) => {
+            format!("write error ({}): {}", w.code, w.message)
+        }
+        MongoErrorKind::Authentication { message, .. } => {
+            format!("authentication failed: {message}")
+        }
+        MongoErrorKind::ServerSelection { message, .. } => {
+            format!("no suitable server reachable: {message}")
+        }
+        MongoErrorKind::Io(io) => format!("network error: {io}"),
+        other => other.to_string(),
+    }
+}
+
+/// Whether the driver error is an authentication failure (a client-side SCRAM/X.509 failure or
+/// the server's `AuthenticationFailed` 18).
+pub fn is_auth_failure(error: &MongoError) -> bool {
+    matches!(error.kind.as_ref(), MongoErrorKind::Authentication { .. })
+        || server_code(error) == Some(18)
+}
+
 /// Renders an error and its whole `source()` chain on one line, for logs.
 ///
 /// The driver's messages carry host names but not credentials; librdkafka's never carry
 /// `sasl.password`. Callers pass the secrets they know in `secrets` and each is replaced by `***`
 /// as a second line of defence.
 pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
-    let mut text = error.to_string();
+    let render = |e: &(dyn StdError + 'static)| {
+        let mongo = e
+            .downcast_ref::<MongoError>()
+            .or_else(|| e.downcast_ref::<Box<MongoError>>().map(AsRef::as_ref));
+        match mongo {
+            Some(mongo) => (describe_mongo(mongo), true),
+            None => (e.to_string(), false),
+        }
+    };
+    let (mut text, mut done) = render(error);
     let mut cause = error.source();
-    while let Some(inner) = cause {
+    while let (Some(inner), false) = (cause, done) {
+        let (part, last) = render(inner);
         text.push_str(": ");
-        text.push_str(&inner.to_string());
+        text.push_str(&part);
+        done = last;
         cause = inner.source();
     }
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
@@ -336,6 +377,18 @@ mod tests {
         assert_eq!(classify_kafka(&timeout), ErrorClass::Transient);
         let seq = KafkaError::MessageProduction(RDKafkaErrorCode::OutOfOrderSequenceNumber);
         assert_eq!(classify_kafka(&seq), ErrorClass::Transient);
+    }
+
+    #[test]
+    fn report_describes_driver_errors_without_their_debug_dump() {
+        let e = BridgeError::Source {
+            pipeline: "p".into(),
+            source: Box::new(command_error(40324, &[])),
+        };
+        assert_eq!(
+            report(&e, &[]),
+            "change stream failed on pipeline \"p\": X (40324): boom"
+        );
     }
 
     #[test]

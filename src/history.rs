@@ -115,7 +115,8 @@ pub async fn run(client: Client, metrics: Metrics, cancel: CancellationToken) {
                         reason = %reason,
                         "history headroom unknown: the server does not report its oldest oplog \
                          entry, so mongo_kafka_bridge_history_headroom_seconds is not exported \
-                         (grant `find` on local.oplog.rs, e.g. the clusterMonitor role, to fix)"
+                         (if the server is reachable, grant `find` on local.oplog.rs, e.g. the \
+                         clusterMonitor role, to fix)"
                     );
                     last_error = Some(reason);
                 }

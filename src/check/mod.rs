@@ -81,7 +81,11 @@ pub async fn run_with(
 ) -> Result<Vec<CheckLine>, BridgeError> {
     let mut lines = vec![line(
         true,
-        format!("configuration valid ({} pipelines)", config.pipelines.len()),
+        format!(
+            "configuration valid ({} pipeline{})",
+            config.pipelines.len(),
+            if config.pipelines.len() == 1 { "" } else { "s" }
+        ),
     )];
     let (mongo_lines, largest) = mongo::check(config, options).await?;
     lines.extend(mongo_lines);

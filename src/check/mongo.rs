@@ -35,11 +35,20 @@ pub(super) async fn check(
         Err(e) => {
             let at = config.mongodb.uri.redacted();
             let at = at.split('?').next().unwrap_or("");
-            let text = format!(
-                "MongoDB at {at} unreachable: {}. Remedy: check mongodb.uri, that the server \
-                 runs and that this host may reach it",
-                report(&e, &secrets)
-            );
+            let text = if crate::error::is_auth_failure(&e) {
+                format!(
+                    "MongoDB at {at}: {}. Remedy: check the user, password and authSource in \
+                     mongodb.uri",
+                    report(&e, &secrets)
+                )
+            } else {
+                format!(
+                    "MongoDB at {at} unreachable: {}. Remedy: check mongodb.uri (host, port, \
+                     replicaSet / directConnection options), that the server runs and that this \
+                     host may reach it",
+                    report(&e, &secrets)
+                )
+            };
             return Ok((vec![line(false, text)], Vec::new()));
         }
     };
