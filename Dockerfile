@@ -3,7 +3,7 @@
 # Cargo.lock invalidate it), the runtime is Debian slim with CA certificates, running as a
 # non-root user, with a HEALTHCHECK on /healthz.
 FROM rust:1.88-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends cmake && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends cmake libssl-dev pkg-config && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 # Stub every target the manifest names, so that the dependency layer builds without the sources.
@@ -15,7 +15,7 @@ COPY src ./src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin mongo-kafka-bridge
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl libssl3 \
     && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 bridge
 COPY --from=build /src/target/release/mongo-kafka-bridge /usr/local/bin/mongo-kafka-bridge
 USER 10001

@@ -47,7 +47,7 @@ pub async fn mongo_client_with(
     let mut options = ClientOptions::parse(uri.expose()).await.map_err(|e| {
         let text = e.to_string();
         let text = match uri.password() {
-            Some(p) => text.replace(p, "***"),
+            Some(p) => crate::error::redact(&text, p),
             None => text,
         };
         BridgeError::Config {

@@ -16,6 +16,8 @@
 //! - `leaseUntil` is refreshed every interval even when the position did not move, so tools can
 //!   tell a live owner from a dead one.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
@@ -40,6 +42,11 @@ pub struct Offsets {
     pub epoch: i64,
 }
 
+/// Attempts of the read-then-increment take-over before giving up.
+const TAKE_ATTEMPTS: usize = 10;
+/// `DuplicateKey`: an upsert lost a race with a concurrent insert.
+const DUPLICATE_KEY: i32 = 11000;
+
 /// Access to the offsets collection for one pipeline.
 #[derive(Clone)]
 pub struct OffsetsStore {
@@ -47,6 +54,7 @@ pub struct OffsetsStore {
     pipeline: String,
     owner: String,
     lease: Duration,
+    lease_valid_until: Arc<AtomicI64>,
 }
 
 fn majority() -> WriteConcern {
@@ -69,7 +77,21 @@ impl OffsetsStore {
             pipeline: pipeline.to_owned(),
             owner: owner.to_owned(),
             lease,
+            lease_valid_until: Arc::default(),
         }
+    }
+
+    /// Unix ms until which our lease is known to hold: the start of the last successful write
+    /// of `leaseUntil` plus the lease. Shared by clones. The relay takes no new event after it
+    /// (self-fencing: a paused or partitioned instance stops publishing before its successor's
+    /// takeover could go unnoticed for long).
+    pub fn lease_valid_until(&self) -> Arc<AtomicI64> {
+        Arc::clone(&self.lease_valid_until)
+    }
+
+    fn lease_written(&self, started_ms: i64) {
+        let until = started_ms + self.lease.as_millis() as i64;
+        self.lease_valid_until.fetch_max(until, Ordering::Relaxed);
     }
 
     fn error(&self, source: mongodb::error::Error) -> BridgeError {
@@ -86,22 +108,47 @@ impl OffsetsStore {
     /// Takes the pipeline: increments `epoch`, sets `owner` and `leaseUntil`, returns the stored
     /// position. Any instance holding an older epoch is fenced from now on.
     pub async fn take(&self) -> Result<Offsets, BridgeError> {
-        let update = doc! {
-            "$inc": { "epoch": 1_i64 },
-            "$set": { "owner": &self.owner, "leaseUntil": self.lease_until(),
-                      "bridgeVersion": env!("CARGO_PKG_VERSION") },
-            "$setOnInsert": { "eventsCommitted": 0_i64 },
-        };
-        let found = self
-            .collection
-            .find_one_and_update(doc! { "_id": &self.pipeline }, update)
-            .upsert(true)
-            .return_document(ReturnDocument::After)
-            .write_concern(majority())
-            .await
-            .map_err(|e| self.error(e))?
-            .ok_or_else(|| self.invalid("upsert returned no document"))?;
-        self.parse(&found)
+        // Conditional on the epoch just read, so a stale request (say, of a process killed while
+        // its take-over was in flight) cannot bump the epoch after a successor took it.
+        for _ in 0..TAKE_ATTEMPTS {
+            let current = self
+                .collection
+                .find_one(doc! { "_id": &self.pipeline })
+                .await
+                .map_err(|e| self.error(e))?;
+            let filter = match current.as_ref().map(|d| d.get("epoch")) {
+                Some(Some(epoch)) => doc! { "_id": &self.pipeline, "epoch": epoch.clone() },
+                _ => doc! { "_id": &self.pipeline, "epoch": { "$exists": false } },
+            };
+            let started_ms = DateTime::now().timestamp_millis();
+            let update = doc! {
+                "$inc": { "epoch": 1_i64 },
+                "$set": { "owner": &self.owner, "leaseUntil": self.lease_until(),
+                          "bridgeVersion": env!("CARGO_PKG_VERSION") },
+                "$setOnInsert": { "eventsCommitted": 0_i64 },
+            };
+            let taken = self
+                .collection
+                .find_one_and_update(filter, update)
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .write_concern(majority())
+                .await;
+            match taken {
+                Ok(Some(found)) => {
+                    self.lease_written(started_ms);
+                    return self.parse(&found);
+                }
+                // Another instance changed the epoch in between (or inserted first): read again.
+                Ok(None) => {}
+                Err(e) if crate::error::mongo_code(&e) == Some(DUPLICATE_KEY) => {}
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+        Err(self.invalid(
+            "the epoch kept changing while taking the pipeline; another instance \
+                          is taking it at the same time",
+        ))
     }
 
     /// Reads the stored position again (on a restart) and checks we still own it.
@@ -161,6 +208,19 @@ impl OffsetsStore {
             .await
     }
 
+    /// [`OffsetsStore::commit`] (which also sets `leaseUntil`), recording the lease's validity.
+    pub async fn commit_and_renew(
+        &self,
+        epoch: i64,
+        position: &Position,
+        events: u64,
+    ) -> Result<(), BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
+        self.commit(epoch, position, events).await?;
+        self.lease_written(started_ms);
+        Ok(())
+    }
+
     /// Writes `position` (and `events` more committed events) with majority write concern.
     /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
     pub async fn commit(
@@ -205,6 +265,19 @@ impl OffsetsStore {
         self.update(epoch, update).await
     }
 
+    /// Whether a live owner holds the pipeline (its `leaseUntil` is in the future).
+    pub async fn is_held(&self) -> Result<bool, BridgeError> {
+        let found = self
+            .collection
+            .find_one(doc! { "_id": &self.pipeline })
+            .await
+            .map_err(|e| self.error(e))?;
+        let until = found
+            .as_ref()
+            .and_then(|d| d.get_datetime("leaseUntil").ok().copied());
+        Ok(until.is_some_and(|t| t > DateTime::now()))
+    }
+
     /// Ends the lease now (clean shutdown), so tools and `offsets reset` see no live owner.
     pub async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(epoch, doc! { "$set": { "leaseUntil": DateTime::now() } })
@@ -213,6 +286,13 @@ impl OffsetsStore {
 
     /// Refreshes `leaseUntil` only.
     pub async fn renew(&self, epoch: i64) -> Result<(), BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
+        self.renew_lease(epoch).await?;
+        self.lease_written(started_ms);
+        Ok(())
+    }
+
+    async fn renew_lease(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(epoch, doc! { "$set": { "leaseUntil": self.lease_until() } })
             .await
     }
@@ -261,7 +341,7 @@ pub async fn run_checkpointer(
         let outcome = match &position {
             Some(p) if dirty => {
                 let delta = p.event_count.saturating_sub(committed_events);
-                store.commit(epoch, p, delta).await.map(|()| {
+                store.commit_and_renew(epoch, p, delta).await.map(|()| {
                     committed_events = p.event_count;
                     dirty = false;
                     metrics.committed(p.cluster_time, p.position_time);

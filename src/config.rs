@@ -269,13 +269,9 @@ impl Config {
 
     /// Every secret in this configuration, for redaction of third-party messages.
     pub fn secrets(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .mongodb
-            .uri
-            .password()
-            .map(str::to_owned)
-            .into_iter()
-            .collect();
+        let uri = &self.mongodb.uri;
+        let mut out: Vec<String> = uri.password().into_iter().map(str::to_owned).collect();
+        out.extend(uri.option_secrets().into_iter().map(str::to_owned));
         for (key, value) in &self.kafka.properties {
             if rules::is_secret_property(key) {
                 out.push(value.to_string());

@@ -55,6 +55,16 @@ impl DeliveryWatch {
                         .rdkafka_error_code()
                         .map_or("unknown".into(), |c| format!("{c:?}"));
                     self.topic_metrics.delivery_error(&code);
+                    if dead_letter::is_oversize(&source) {
+                        use rdkafka::message::Message;
+                        let key = message.key().unwrap_or_default();
+                        return Err(BridgeError::Oversize {
+                            pipeline: self.pipeline.to_string(),
+                            topic: self.topic.to_string(),
+                            key: String::from_utf8_lossy(key).into_owned(),
+                            size: message.payload().map_or(0, <[u8]>::len) + key.len(),
+                        });
+                    }
                     return Err(self.failed(source));
                 }
                 Err(_) => {

@@ -91,6 +91,12 @@ pub enum EncodeError {
     /// The event has no `_id` (resume token): the pipeline removed it, which MongoDB forbids.
     #[error("change event has no _id (resume token); do not $project it away in `pipeline`")]
     MissingToken,
+    /// A document event (insert, update, replace, delete) has no `documentKey`: the user's
+    /// pipeline removed it. Keying it otherwise would merge distinct documents on one key.
+    #[error(
+        "{0} event has no documentKey; the `pipeline` stages must keep it (it is the record key)"
+    )]
+    MissingDocumentKey(String),
 }
 
 /// Encodes the events of one pipeline.
@@ -133,6 +139,15 @@ impl Encoder {
         let malformed = |e: &dyn std::fmt::Display| EncodeError::Malformed(e.to_string());
         let view = ChangeEventView::parse(raw).map_err(|e| malformed(&e))?;
         let token = view.token.ok_or(EncodeError::MissingToken)?;
+        let is_document_event = matches!(
+            view.operation_type,
+            "insert" | "update" | "replace" | "delete"
+        );
+        if is_document_event && view.document_key.is_none() {
+            return Err(EncodeError::MissingDocumentKey(
+                view.operation_type.to_owned(),
+            ));
+        }
         let topic = self.topic_for(&view);
         let key = self.key_for(&view).map_err(|e| malformed(&e))?;
         let value = match self.value {

@@ -1063,3 +1063,23 @@ fn malformed_bson_is_an_error() {
         "{result:?}"
     );
 }
+
+#[test]
+fn a_document_event_without_document_key_is_an_error_not_a_shared_key() {
+    // GIVEN an insert whose documentKey a user stage removed
+    let config = crate::Config::from_toml(
+        "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+         [[pipelines]]\nname = \"p\"\ndatabase = \"shop\"\n",
+        std::iter::empty(),
+    )
+    .expect("valid");
+    let mut encoder = Encoder::new(&config.pipelines[0], "");
+    let raw = bson::rawdoc! { "_id": { "_data": "82" }, "operationType": "insert",
+    "ns": { "db": "shop", "coll": "orders" } };
+    // WHEN it is encoded THEN it is refused, naming the operation
+    let error = encoder.encode(&raw).expect_err("must be refused");
+    assert_eq!(
+        error.to_string(),
+        "insert event has no documentKey; the `pipeline` stages must keep it (it is the record key)"
+    );
+}

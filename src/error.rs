@@ -98,6 +98,22 @@ pub enum BridgeError {
         #[source]
         source: Box<KafkaError>,
     },
+    /// A record is larger than Kafka accepts and the pipeline's policy is `on_oversize = "fail"`.
+    #[error(
+        "record of {size} bytes for topic {topic:?} (pipeline {pipeline:?}, key {key}) is larger \
+         than Kafka accepts (producer message.max.bytes or the topic's max.message.bytes). Set \
+         on_oversize = \"dead_letter\" with a dead_letter_topic, or raise both limits"
+    )]
+    Oversize {
+        /// Pipeline name.
+        pipeline: String,
+        /// Target topic.
+        topic: String,
+        /// The record key (canonical Extended JSON of the documentKey).
+        key: String,
+        /// Record size in bytes.
+        size: usize,
+    },
     /// The delivery future was dropped without a result: treated as not delivered.
     #[error("kafka delivery was cancelled on pipeline {pipeline:?} (producer closed)")]
     DeliveryCancelled {
@@ -153,7 +169,8 @@ impl BridgeError {
             | Self::Fenced { .. }
             | Self::Encode { .. }
             | Self::OffsetsDocument { .. }
-            | Self::Producer(_) => ErrorClass::Fatal,
+            | Self::Producer(_)
+            | Self::Oversize { .. } => ErrorClass::Fatal,
             Self::DeliveryCancelled { .. } | Self::StreamClosed { .. } => ErrorClass::Transient,
             Self::Source { source, .. } | Self::Checkpoint { source, .. } => classify_mongo(source),
             Self::Delivery { source, .. } => classify_kafka(source),
@@ -165,10 +182,11 @@ impl BridgeError {
         match self {
             Self::Config { .. } => "config",
             Self::Source { .. } => "source",
-            Self::StreamClosed { .. } => "stream_closed",
+            Self::StreamClosed { .. } => "invalidate",
             Self::HistoryLost { .. } => "history_lost",
             Self::Encode { .. } => "encode",
             Self::Delivery { .. } => "delivery",
+            Self::Oversize { .. } => "oversize",
             Self::DeliveryCancelled { .. } => "delivery_cancelled",
             Self::Producer(_) => "producer",
             Self::Checkpoint { .. } => "checkpoint",
@@ -294,6 +312,31 @@ pub fn is_auth_failure(error: &MongoError) -> bool {
         || server_code(error) == Some(18)
 }
 
+/// Replaces each occurrence of `secret` in `text` by `***`, except where the occurrence is part
+/// of a longer word (letters or digits on either side): a short password like `p` must neither
+/// garble "provided" nor reveal itself by the gaps it leaves.
+pub fn redact(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        return text.to_owned();
+    }
+    let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(secret) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + secret.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        if is_word(before) || is_word(after) {
+            out.push_str(secret);
+        } else {
+            out.push_str("***");
+        }
+        rest = &rest[at + secret.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Renders an error and its whole `source()` chain on one line, for logs.
 ///
 /// The driver's messages carry host names but not credentials; librdkafka's never carry
@@ -319,7 +362,7 @@ pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
         cause = inner.source();
     }
     for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        text = text.replace(secret, "***");
+        text = redact(&text, secret);
     }
     text
 }
@@ -389,6 +432,16 @@ mod tests {
             report(&e, &[]),
             "change stream failed on pipeline \"p\": X (40324): boom"
         );
+    }
+
+    #[test]
+    fn redaction_replaces_whole_secrets_only() {
+        assert_eq!(
+            redact("mongodb://u:p@h provided", "p"),
+            "mongodb://u:***@h provided"
+        );
+        assert_eq!(redact("pw=hunter2;", "hunter2"), "pw=***;");
+        assert_eq!(redact("xhunter2", "hunter2"), "xhunter2");
     }
 
     #[test]

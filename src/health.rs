@@ -27,6 +27,12 @@ pub struct PipelineHealth {
     pub heartbeat_ms: AtomicI64,
     /// The pipeline stopped for good (fatal error or shutdown).
     pub stopped: AtomicBool,
+    /// Unix ms when the source started waiting for the server's next answer; 0 when it is not
+    /// waiting (it is handing events on).
+    pub awaiting_server_since_ms: AtomicI64,
+    /// An answer that takes longer than this (ms) makes the pipeline not ready: the server is
+    /// unreachable while the driver retries (its server selection waits up to 30 s).
+    pub server_answer_bound_ms: AtomicI64,
 }
 
 /// The whole process's state.
@@ -68,6 +74,14 @@ impl Health {
         for (name, p) in &self.pipelines {
             if !p.stream_open.load(Ordering::Relaxed) {
                 reasons.push(format!("pipeline {name}: change stream not open"));
+            }
+            let waiting = p.awaiting_server_since_ms.load(Ordering::Relaxed);
+            let bound = p.server_answer_bound_ms.load(Ordering::Relaxed);
+            if waiting > 0 && bound > 0 && now - waiting > bound {
+                reasons.push(format!(
+                    "pipeline {name}: no answer from MongoDB for {} ms",
+                    now - waiting
+                ));
             }
             let oldest = p.oldest_in_flight_ms.load(Ordering::Relaxed);
             if oldest > 0 && now - oldest > max_delivery_age_ms {
@@ -133,6 +147,24 @@ mod tests {
         assert_eq!(
             health.readiness(1000),
             Err("draining: shutdown in progress".to_owned())
+        );
+    }
+
+    #[test]
+    fn readiness_reports_a_server_that_does_not_answer() {
+        let health = Health::new(["a".to_owned()]);
+        let a = health.pipeline("a");
+        a.stream_open.store(true, Ordering::Relaxed);
+        a.server_answer_bound_ms.store(6000, Ordering::Relaxed);
+        a.awaiting_server_since_ms
+            .store(now_ms() - 1000, Ordering::Relaxed);
+        assert_eq!(health.readiness(60_000), Ok(()));
+        a.awaiting_server_since_ms
+            .store(now_ms() - 7000, Ordering::Relaxed);
+        assert!(
+            health
+                .readiness(60_000)
+                .is_err_and(|r| r.contains("no answer from MongoDB"))
         );
     }
 

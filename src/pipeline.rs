@@ -31,6 +31,10 @@ use crate::relay::{Limits, Relay};
 use crate::sink::KafkaSink;
 use crate::source::{self, Start};
 
+/// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
+/// not ready (ms).
+const SERVER_ANSWER_GRACE_MS: u64 = 5000;
+
 /// A run longer than this resets the restart backoff.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
 /// Capacity of the source → relay channel (items); its bytes are bounded separately by
@@ -105,6 +109,20 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
             "transient"
         };
         ctx.metrics.error(error.kind(), class_label);
+        if matches!(error, BridgeError::Fenced { .. }) && !cancel.is_cancelled() {
+            // The pipeline stops, and this instance stands by instead of exiting: a process
+            // supervisor restarting it would otherwise take the pipeline back and fence the new
+            // owner in turn, forever (two replicas stealing from each other).
+            error!(pipeline = %name, error = %report(&error, &secrets),
+                   "pipeline stopped: fenced; standing by until the new owner's lease lapses");
+            ctx.metrics.restart(error.kind());
+            epoch = None;
+            if standby(&store, &cancel).await.is_none() {
+                break Ok(());
+            }
+            info!(pipeline = %name, "the owner's lease lapsed: taking the pipeline");
+            continue;
+        }
         if class == ErrorClass::Fatal || cancel.is_cancelled() {
             error!(pipeline = %name, error = %report(&error, &secrets), "pipeline stopped");
             break Err(error);
@@ -115,8 +133,13 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
         let delay = backoff(attempt, ctx.config.bridge.max_restart_backoff_ms);
         attempt = attempt.saturating_add(1);
         ctx.metrics.restart(error.kind());
-        warn!(pipeline = %name, error = %report(&error, &secrets), delay_ms = delay.as_millis() as u64,
-              "pipeline failed; restarting from the committed position");
+        if matches!(error, BridgeError::StreamClosed { .. }) {
+            info!(pipeline = %name, "stream invalidated; reopening after the invalidate event");
+        } else {
+            warn!(pipeline = %name, error = %report(&error, &secrets),
+                  delay_ms = delay.as_millis() as u64,
+                  "pipeline failed; restarting from the committed position");
+        }
         tokio::select! {
             () = cancel.cancelled() => break Ok(()),
             () = tokio::time::sleep(delay) => {}
@@ -130,6 +153,18 @@ pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), 
         }
     }
     result
+}
+
+/// Waits until the pipeline's lease is free (its `leaseUntil` passed, or the document is gone);
+/// `None` when `cancel` fires first. Read errors just wait for the next look.
+async fn standby(store: &OffsetsStore, cancel: &CancellationToken) -> Option<()> {
+    loop {
+        let pause = tokio::time::sleep(Duration::from_secs(1));
+        cancellable(cancel, pause).await?;
+        if let Ok(false) = cancellable(cancel, store.is_held()).await? {
+            return Some(());
+        }
+    }
 }
 
 /// Runs `work` unless `cancel` fires first (`None`): startup steps that may wait for a server
@@ -263,6 +298,10 @@ async fn run_once(
     let b = &ctx.config.bridge;
     let start = start_of(p, &offsets);
     let max_await = Duration::from_millis(b.max_await_time_ms);
+    let answer_bound = b.max_await_time_ms.saturating_add(SERVER_ANSWER_GRACE_MS);
+    ctx.health
+        .server_answer_bound_ms
+        .store(answer_bound as i64, Ordering::Relaxed);
     // An unwatchable namespace is a configuration error: never retried (C23).
     let unwatchable = cancellable(cancel, source::unwatchable(&ctx.client, p)).await;
     if let Some(Some(reason)) = unwatchable {
@@ -338,6 +377,7 @@ async fn run_once(
         Arc::clone(&ctx.health),
         safe_tx,
     );
+    let relay = relay.with_lease(store.lease_valid_until());
     let relay = match (&p.on_oversize, &p.dead_letter_topic) {
         (OnOversize::DeadLetter, Some(topic)) => relay.with_dead_letter(topic),
         _ => relay,
@@ -349,7 +389,16 @@ async fn run_once(
     let source_result = source_task.await.unwrap_or(Ok(()));
     let checkpoint_result = checkpointer.await.unwrap_or(Ok(()));
     let source_result = source_result.map_err(|e| reclassify(&offsets, e, false));
-    relay_result.and(source_result).and(checkpoint_result)
+    let result = relay_result.and(source_result);
+    if let (Err(_), Err(hidden)) = (&result, &checkpoint_result) {
+        // Only the first error decides the restart; this one explains why the last positions
+        // were not committed (they will be read and published again).
+        let secrets = ctx.config.secrets();
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        warn!(pipeline = %p.name, error = %report(hidden, &secrets),
+              "the final commit failed too: the events after the last commit will be read again");
+    }
+    result.and(checkpoint_result)
 }
 
 fn classify_open(

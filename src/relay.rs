@@ -85,6 +85,8 @@ pub struct Relay {
     event_count: u64,
     dead_letter: Option<(KafkaSink, Arc<str>)>,
     last_topic: Option<(Arc<str>, TopicMetrics)>,
+    lease: Option<Arc<std::sync::atomic::AtomicI64>>,
+    last_position_time: Timestamp,
 }
 
 impl Relay {
@@ -112,6 +114,11 @@ impl Relay {
             event_count: 0,
             dead_letter: None,
             last_topic: None,
+            lease: None,
+            last_position_time: Timestamp {
+                time: 0,
+                increment: 0,
+            },
         }
     }
 
@@ -122,10 +129,30 @@ impl Relay {
         self
     }
 
+    /// Whether the relay may take the next item: the window has room and our lease is known to
+    /// hold (self-fencing: after a pause longer than the lease, nothing new is published until
+    /// the checkpointer has renewed it — or found us fenced).
     fn has_room(&self) -> bool {
-        self.window.is_empty()
+        let room = self.window.is_empty()
             || (self.window.events() < self.limits.max_events
-                && self.window.bytes() < self.limits.max_bytes)
+                && self.window.bytes() < self.limits.max_bytes);
+        room && self
+            .lease
+            .as_ref()
+            .is_none_or(|until| now_ms() < until.load(Ordering::Relaxed))
+    }
+
+    /// `at`, or the last position's time if that is later: a watermark's wall-clock time (whole
+    /// seconds) must not step back behind an event's `clusterTime` in the same second.
+    fn monotonic(&mut self, at: Timestamp) -> Timestamp {
+        self.last_position_time = self.last_position_time.max(at);
+        self.last_position_time
+    }
+
+    /// Gates intake on the lease validity the offsets store records (see `has_room`).
+    pub fn with_lease(mut self, lease_valid_until: Arc<std::sync::atomic::AtomicI64>) -> Self {
+        self.lease = Some(lease_valid_until);
+        self
     }
 
     /// Runs until `cancel` fires or the source closes `rx` (then drains and returns `Ok`), or a
@@ -206,6 +233,7 @@ impl Relay {
                 position_time,
             } => {
                 self.metrics.source_watermarks.inc();
+                let position_time = self.monotonic(position_time);
                 let position = Position {
                     token,
                     cluster_time: self.last_cluster_time,
@@ -240,6 +268,14 @@ impl Relay {
                         .as_ref()
                         .filter(|_| dead_letter::is_oversize(&source));
                     let Some((_, dlq)) = dlq else {
+                        if dead_letter::is_oversize(&source) {
+                            return Err(BridgeError::Oversize {
+                                pipeline: self.pipeline.to_string(),
+                                topic: record.topic.to_string(),
+                                key: String::from_utf8_lossy(&record.key).into_owned(),
+                                size: record.size(),
+                            });
+                        }
                         return Err(BridgeError::Delivery {
                             pipeline: self.pipeline.to_string(),
                             topic: record.topic.to_string(),
@@ -294,7 +330,7 @@ impl Relay {
         let position = Position {
             token: encoded.token,
             cluster_time: self.last_cluster_time,
-            position_time: encoded.cluster_time.unwrap_or_else(timestamp_now),
+            position_time: self.monotonic(encoded.cluster_time.unwrap_or_else(timestamp_now)),
             wall_time_ms: self.last_wall_time_ms,
             event_count: self.event_count,
         };

@@ -223,11 +223,15 @@ pub async fn run(
     let mut split = Reassembler::default();
     health.stream_open.store(true, Ordering::Relaxed);
     let result = loop {
+        health
+            .awaiting_server_since_ms
+            .store(crate::health::now_ms(), Ordering::Relaxed);
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => break Ok(()),
             next = stream.next_if_any() => next,
         };
+        health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
         let item = match next {
             Ok(Some(raw)) => match split.push(raw) {
                 Ok(Some(raw)) => {
@@ -283,5 +287,6 @@ pub async fn run(
         }
     };
     health.stream_open.store(false, Ordering::Relaxed);
+    health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
     result
 }

@@ -1115,3 +1115,25 @@ fn debug_output_masks_secret_kafka_properties() {
     assert!(shown.contains("\"sasl.password\": \"***\""), "{shown}");
     assert!(shown.contains("\"linger.ms\": \"7\""), "{shown}");
 }
+
+#[test]
+fn secret_uri_options_are_redacted_and_listed_as_secrets() {
+    let uri = SecretUri::new(
+        "mongodb://u:pw1@h:1/?tls=true&tlsCertificateKeyFilePassword=TlsKeyPw99\
+         &proxyHost=p&proxyPassword=ProxyPw55&authMechanismProperties=AWS_SESSION_TOKEN:tok",
+    );
+    assert_eq!(
+        uri.redacted(),
+        "mongodb://u:***@h:1/?tls=true&tlsCertificateKeyFilePassword=***&proxyHost=p\
+         &proxyPassword=***&authMechanismProperties=***"
+    );
+    assert_eq!(
+        uri.option_secrets(),
+        ["TlsKeyPw99", "ProxyPw55", "AWS_SESSION_TOKEN:tok"]
+    );
+    let shown = format!("{uri:?}");
+    assert!(
+        !shown.contains("TlsKeyPw99") && !shown.contains("ProxyPw55"),
+        "{shown}"
+    );
+}

@@ -131,12 +131,38 @@ impl SecretUri {
             .map(|(_, p)| p)
             .filter(|p| !p.is_empty())
     }
-    /// The connection string with the password replaced by `***`.
+    /// Values of query options that carry secrets: any option whose name contains
+    /// `password`, `secret` or `token` (e.g. `tlsCertificateKeyFilePassword`, `proxyPassword`),
+    /// and `authMechanismProperties` (may hold `AWS_SESSION_TOKEN`).
+    pub fn option_secrets(&self) -> Vec<&str> {
+        let Some((_, query)) = self.0.split_once('?') else {
+            return Vec::new();
+        };
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .filter(|(name, value)| {
+                let name = name.to_ascii_lowercase();
+                !value.is_empty()
+                    && (name.contains("password")
+                        || name.contains("secret")
+                        || name.contains("token")
+                        || name == "authmechanismproperties")
+            })
+            .map(|(_, value)| value)
+            .collect()
+    }
+
+    /// The connection string with the password and every secret option value replaced by `***`.
     pub fn redacted(&self) -> String {
-        match self.password() {
+        let mut text = match self.password() {
             Some(p) => self.0.replacen(&format!(":{p}@"), ":***@", 1),
             None => self.0.clone(),
+        };
+        for secret in self.option_secrets() {
+            text = text.replace(&format!("={secret}"), "=***");
         }
+        text
     }
 }
 

@@ -5,7 +5,6 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bson::doc;
-use mongo_kafka_bridge::BridgeError;
 use rand::Rng;
 
 use crate::support::*;
@@ -133,13 +132,14 @@ async fn kill_9_under_load_then_restart_delivers_every_write_at_least_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_instance_fences_the_first() {
+async fn a_second_instance_fences_the_first_which_stands_by_until_the_lease_lapses() {
     // GIVEN instance A running the pipeline
     let db = unique("fence");
     let topic = format!("{db}.t");
     create_topic(&topic, 1).await;
     let text = config_toml("fence", &db, Some("t"), "");
     let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
     let a = start_bridge(&text).await;
     wait_offsets(&client, &db, "fence", WAIT, |d| {
         d.get_i64("epoch") == Ok(1) && d.contains_key("resumeToken")
@@ -148,27 +148,34 @@ async fn a_second_instance_fences_the_first() {
     // WHEN instance B starts on the same pipeline
     let b = start_bridge(&text).await;
     wait_offsets(&client, &db, "fence", WAIT, |d| d.get_i64("epoch") == Ok(2)).await;
-    // THEN A stops with the fenced error within a few commit intervals, and B keeps delivering
-    let result = tokio::time::timeout(Duration::from_secs(20), a.wait())
-        .await
-        .expect("A stops");
-    assert!(
-        matches!(result, Err(BridgeError::Fenced { ref pipeline, epoch: 1 }) if pipeline == "fence"),
-        "{result:?}"
-    );
-    client
-        .database(&db)
-        .collection::<bson::Document>("t")
-        .insert_one(doc! { "_id": 7 })
-        .await
-        .unwrap();
+    // THEN A's pipeline stops with the fenced error (counted) and stands by, B delivers
+    let fenced =
+        r#"mongo_kafka_bridge_errors_total{class="fatal",pipeline="fence",stage="fenced"} 1"#;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !a.metrics().render().contains(fenced) {
+        assert!(std::time::Instant::now() < deadline, "A was not fenced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    coll.insert_one(doc! { "_id": 7 }).await.unwrap();
     let records = collect(&topic, 1, WAIT).await;
     assert_eq!(
         records[0].key.as_deref(),
         Some(r#"{"_id":{"$numberInt":"7"}}"#)
     );
+    // WHEN B stops cleanly (releasing its lease)
     b.shutdown();
     b.wait().await.unwrap();
+    // THEN A takes the pipeline again (epoch 3) and delivers what follows
+    wait_offsets(&client, &db, "fence", WAIT, |d| d.get_i64("epoch") == Ok(3)).await;
+    coll.insert_one(doc! { "_id": 8 }).await.unwrap();
+    let records = collect(&topic, 2, WAIT).await;
+    assert_eq!(records.len(), 2, "{records:#?}");
+    assert_eq!(
+        records[1].key.as_deref(),
+        Some(r#"{"_id":{"$numberInt":"8"}}"#)
+    );
+    a.shutdown();
+    a.wait().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

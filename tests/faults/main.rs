@@ -1,0 +1,203 @@
+//! The fault suite: the bridge under crashes, broker and server outages, a second instance,
+//! bad input and secrets, each against its own named server instances (`scripts/services
+//! --name`), compared end to end: MongoDB's writes against what a real consumer read.
+//!
+//! ```sh
+//! MKB_SERVICES_MANAGED=1 MKB_SERVICES_SCRIPT=$PWD/scripts/services \
+//!     cargo test --test faults -- --nocapture
+//! ```
+//!
+//! - Scenarios that stop, freeze or restart servers run only with `MKB_SERVICES_MANAGED=1`
+//!   (`scripts/test` sets it when it started the servers itself); otherwise they skip with a
+//!   printed reason. Bad configs and the encoder fuzz always run.
+//! - Short form by default (CI); `MKB_FAULTS_LONG=1` for the long form (≥ 200 kills, 45 s
+//!   outages, ≥ 1M fuzz inputs).
+//! - `MKB_FAULTS_ONLY=kill9,kafka,mock,mongo,fence,secrets,config,fuzz` runs a subset;
+//!   `MKB_FAULTS_SEED=N` fixes the random seed (printed at start).
+//! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
+//!   the table of results is printed at the end either way.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../it/support.rs"]
+mod support;
+
+mod bad_input;
+mod crash;
+mod fencing;
+mod harness;
+mod outages;
+mod secrets;
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use futures::FutureExt;
+
+use harness::Row;
+
+/// What every scenario gets.
+pub struct Ctx {
+    /// `scripts/services`.
+    pub script: PathBuf,
+    pub long: bool,
+    /// Configs and bridge logs of this run (kept when a scenario fails).
+    pub dir: PathBuf,
+    pub seed: u64,
+}
+
+impl Ctx {
+    /// A services instance name unique to this run.
+    pub fn instance(&self, scenario: &str) -> String {
+        format!("faults-{scenario}-{}", std::process::id())
+    }
+}
+
+fn selected(name: &str) -> bool {
+    match std::env::var("MKB_FAULTS_ONLY") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').any(|s| s.trim() == name),
+        _ => true,
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+struct Suite {
+    rows: Vec<Row>,
+    failures: Vec<String>,
+}
+
+impl Suite {
+    async fn run<Fut>(&mut self, name: &str, label: &str, scenario: Fut)
+    where
+        Fut: Future<Output = Vec<Row>>,
+    {
+        if !selected(name) {
+            return;
+        }
+        say!("── {label}");
+        let started = Instant::now();
+        match AssertUnwindSafe(scenario).catch_unwind().await {
+            Ok(rows) => {
+                for mut row in rows {
+                    if !row.problems.is_empty() {
+                        row.outcome = format!("**FAIL**: {}", row.problems.join("; "));
+                        self.failures.push(format!(
+                            "{}: {}",
+                            row.scenario,
+                            row.problems.join("; ")
+                        ));
+                    }
+                    self.rows.push(row);
+                }
+            }
+            Err(p) => {
+                let text = panic_text(&*p);
+                say!("{label}: FAILED: {text}");
+                let mut row = Row::new(label);
+                row.seconds = started.elapsed().as_secs_f64();
+                row.outcome = "**FAIL**".to_owned();
+                self.rows.push(row);
+                self.failures.push(format!("{label}: {text}"));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_suite() {
+    harness::since_start();
+    let long = harness::long_form();
+    let seed = std::env::var("MKB_FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let managed = std::env::var("MKB_SERVICES_MANAGED").ok().as_deref() == Some("1");
+    let script = support::services_managed()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/services"));
+    say!(
+        "fault suite: {} form, seed {seed} (MKB_FAULTS_SEED), logs in {}",
+        if long { "long" } else { "short" },
+        dir.display()
+    );
+    let ctx = Ctx {
+        script,
+        long,
+        dir: dir.clone(),
+        seed,
+    };
+    let started = Instant::now();
+    let mut suite = Suite {
+        rows: Vec::new(),
+        failures: Vec::new(),
+    };
+    suite
+        .run("config", "bad configs", async {
+            vec![bad_input::bad_configs()]
+        })
+        .await;
+    let fuzz_n = if long { 1_000_000 } else { 10_000 };
+    suite
+        .run("fuzz", "extjson fuzz", async {
+            vec![bad_input::fuzz_extjson(fuzz_n, seed)]
+        })
+        .await;
+    if managed {
+        suite.run("kill9", "kill -9", crash::kill9(&ctx)).await;
+        suite
+            .run("kafka", "Kafka frozen", outages::kafka_frozen(&ctx))
+            .await;
+        suite
+            .run(
+                "mock",
+                "Kafka mock broker down",
+                outages::mock_broker_down(&ctx),
+            )
+            .await;
+        suite
+            .run("mongo", "MongoDB restarted", outages::mongo_restart(&ctx))
+            .await;
+        suite
+            .run("fence", "two instances", fencing::two_instances(&ctx))
+            .await;
+        suite
+            .run("secrets", "secrets", async { secrets::secrets(&ctx) })
+            .await;
+    } else {
+        say!(
+            "skipped the server scenarios (kill -9, outages, fencing, secrets): servers are \
+             external (MKB_SERVICES_MANAGED unset); they need their own scripts/services instances"
+        );
+    }
+    let table = harness::table(&suite.rows);
+    eprintln!(
+        "\nfault suite results ({} form, seed {seed}, {:.0} s):\n\n{table}",
+        if long { "long" } else { "short" },
+        started.elapsed().as_secs_f64()
+    );
+    if let Ok(path) = std::env::var("MKB_FAULTS_TABLE") {
+        std::fs::write(&path, &table).unwrap();
+    }
+    assert!(
+        suite.failures.is_empty(),
+        "fault suite: {} scenario(s) failed (logs kept in {}):\n{}",
+        suite.failures.len(),
+        dir.display(),
+        suite.failures.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
