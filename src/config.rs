@@ -253,9 +253,11 @@ impl Config {
         rules::apply_env(&mut tree, env)?;
         let config: Config =
             serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|e| {
+                let path = e.path().to_string();
+                let reason = e.into_inner().message().to_owned();
                 BridgeError::Config {
-                    field: e.path().to_string(),
-                    reason: e.into_inner().message().to_owned(),
+                    field: field_path(&path, &reason),
+                    reason,
                 }
             })?;
         config.validate()?;
@@ -278,6 +280,22 @@ impl Config {
             }
         }
         out
+    }
+}
+
+/// The TOML path an error is about: serde reports a missing field at its parent (`mongodb`, or
+/// `.` at the top), so the field's own name is appended from the message.
+fn field_path(parent: &str, reason: &str) -> String {
+    let parent = if parent == "." { "" } else { parent };
+    let missing = reason
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| name);
+    match (parent, missing) {
+        ("", Some(name)) => name.to_owned(),
+        (parent, Some(name)) => format!("{parent}.{name}"),
+        ("", None) => "(top level)".to_owned(),
+        (parent, None) => parent.to_owned(),
     }
 }
 

@@ -33,7 +33,7 @@ use crate::source::{self, Start};
 
 /// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
 /// not ready (ms).
-const SERVER_ANSWER_GRACE_MS: u64 = 5000;
+const SERVER_ANSWER_GRACE_MS: u64 = 2000;
 
 /// A run longer than this resets the restart backoff.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);

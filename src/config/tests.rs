@@ -248,19 +248,23 @@ fn a_property_value_must_be_a_scalar() {
 #[test]
 fn missing_mongodb_uri_is_named() {
     let text = format!("[mongodb]\n[kafka]\nbootstrap_servers = \"h:1\"\n{PIPELINE}");
-    assert_rejected(&text, "mongodb", "missing field `uri`");
+    assert_rejected(&text, "mongodb.uri", "missing field `uri`");
 }
 
 #[test]
 fn missing_kafka_bootstrap_servers_is_named() {
     let text = format!("[mongodb]\nuri = \"mongodb://h:1/\"\n[kafka]\n{PIPELINE}");
-    assert_rejected(&text, "kafka", "missing field `bootstrap_servers`");
+    assert_rejected(
+        &text,
+        "kafka.bootstrap_servers",
+        "missing field `bootstrap_servers`",
+    );
 }
 
 #[test]
 fn missing_pipeline_name_is_named() {
     let text = format!("{SERVERS}[[pipelines]]\ndatabase = \"shop\"\n");
-    assert_rejected(&text, "pipelines[0]", "missing field `name`");
+    assert_rejected(&text, "pipelines[0].name", "missing field `name`");
 }
 
 #[test]

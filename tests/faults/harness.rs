@@ -125,7 +125,11 @@ impl Instance {
 
     /// Stops MongoDB and starts it again on the same port with its data.
     pub fn restart_mongo(&self) {
-        self.must(&["restart", "mongo", "--plain", "--timeout", "90"]);
+        // Stopped for a few seconds, as an operator's restart or a crash would be: long enough
+        // for readiness to notice (a `getMore` unanswered for `max_await_time_ms` + 2 s).
+        self.must(&["down", "--only", "mongo"]);
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        self.must(&["up", "--only", "mongo", "--plain", "--timeout", "90"]);
     }
 
     /// A client for this instance's MongoDB.
