@@ -111,26 +111,36 @@ impl OffsetsStore {
         // Conditional on the epoch just read, so a stale request (say, of a process killed while
         // its take-over was in flight) cannot bump the epoch after a successor took it.
         for _ in 0..TAKE_ATTEMPTS {
+            // Read (creating the document if it is missing) with findAndModify, like every
+            // other write here, rather than a plain find.
             let current = self
                 .collection
-                .find_one(doc! { "_id": &self.pipeline })
-                .await
-                .map_err(|e| self.error(e))?;
+                .find_one_and_update(
+                    doc! { "_id": &self.pipeline },
+                    doc! { "$setOnInsert": { "eventsCommitted": 0_i64 } },
+                )
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .write_concern(majority())
+                .await;
+            let current = match current {
+                Ok(current) => current,
+                Err(e) if crate::error::mongo_code(&e) == Some(DUPLICATE_KEY) => continue,
+                Err(e) => return Err(self.error(e)),
+            };
             let filter = match current.as_ref().map(|d| d.get("epoch")) {
                 Some(Some(epoch)) => doc! { "_id": &self.pipeline, "epoch": epoch.clone() },
                 _ => doc! { "_id": &self.pipeline, "epoch": { "$exists": false } },
             };
             let started_ms = DateTime::now().timestamp_millis();
             let update = doc! {
-                "$inc": { "epoch": 1_i64 },
-                "$set": { "owner": &self.owner, "leaseUntil": self.lease_until(),
-                          "bridgeVersion": env!("CARGO_PKG_VERSION") },
-                "$setOnInsert": { "eventsCommitted": 0_i64 },
+            "$inc": { "epoch": 1_i64 },
+            "$set": { "owner": &self.owner, "leaseUntil": self.lease_until(),
+                      "bridgeVersion": env!("CARGO_PKG_VERSION") },
             };
             let taken = self
                 .collection
                 .find_one_and_update(filter, update)
-                .upsert(true)
                 .return_document(ReturnDocument::After)
                 .write_concern(majority())
                 .await;
