@@ -310,7 +310,10 @@ listen = "127.0.0.1:{port}"
             proc = self.start("bridge", coll, topic)
             offsets = MongoClient(self.servers.uri)["bench_bridge"]["offsets"]
             deadline = time.monotonic() + 60
-            while offsets.find_one({"_id": f"{coll}-bridge"}) is None:
+            # The document exists as soon as the bridge takes the pipeline; its first position
+            # is committed a moment later, when `resumeToken` appears.
+            first = {"_id": f"{coll}-bridge", "resumeToken": {"$exists": True}}
+            while offsets.find_one(first) is None:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     stop_process(proc)
                     raise HarnessError(f"bridge did not commit its first position (see {self.work})")
