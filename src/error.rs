@@ -315,24 +315,34 @@ pub fn is_auth_failure(error: &MongoError) -> bool {
 /// Replaces each occurrence of `secret` in `text` by `***`, except where the occurrence is part
 /// of a longer word (letters or digits on either side): a short password like `p` must neither
 /// garble "provided" nor reveal itself by the gaps it leaves.
+///
+/// ```
+/// use mongo_kafka_bridge::error::redact;
+///
+/// assert_eq!(redact("mongodb://app:p@db provided", "p"), "mongodb://app:***@db provided");
+/// ```
 pub fn redact(text: &str, secret: &str) -> String {
     if secret.is_empty() {
         return text.to_owned();
     }
     let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(secret) {
-        let before = rest[..at].chars().next_back();
-        let after = rest[at + secret.len()..].chars().next();
-        out.push_str(&rest[..at]);
-        if is_word(before) || is_word(after) {
-            out.push_str(secret);
-        } else {
-            out.push_str("***");
+    let mut done = 0;
+    for (at, _) in text.match_indices(secret) {
+        if at < done {
+            continue;
         }
-        rest = &rest[at + secret.len()..];
+        let before = text[..at].chars().next_back();
+        let after = text[at + secret.len()..].chars().next();
+        out.push_str(&text[done..at]);
+        out.push_str(if is_word(before) || is_word(after) {
+            secret
+        } else {
+            "***"
+        });
+        done = at + secret.len();
     }
+    let rest = &text[done..];
     out.push_str(rest);
     out
 }
@@ -442,6 +452,7 @@ mod tests {
         );
         assert_eq!(redact("pw=hunter2;", "hunter2"), "pw=***;");
         assert_eq!(redact("xhunter2", "hunter2"), "xhunter2");
+        assert_eq!(redact("app:p@db", "p"), "app:***@db");
     }
 
     #[test]

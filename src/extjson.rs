@@ -132,6 +132,17 @@ pub fn write_value(out: &mut Vec<u8>, value: RawBsonRef<'_>, mode: JsonMode) -> 
 
 /// Transcodes `doc` to a `String` of compact Extended JSON (see [`write_document`]).
 ///
+/// ```
+/// use mongo_kafka_bridge::extjson::{JsonMode, to_string};
+///
+/// let doc = bson::rawdoc! { "_id": 1, "n": 9007199254740993_i64, "d": 1.5 };
+/// assert_eq!(
+///     to_string(&doc, JsonMode::Canonical).unwrap(),
+///     r#"{"_id":{"$numberInt":"1"},"n":{"$numberLong":"9007199254740993"},"d":{"$numberDouble":"1.5"}}"#
+/// );
+/// assert_eq!(to_string(&doc, JsonMode::Relaxed).unwrap(), r#"{"_id":1,"n":9007199254740993,"d":1.5}"#);
+/// ```
+///
 /// # Errors
 ///
 /// As [`write_document`].
