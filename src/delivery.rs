@@ -22,9 +22,9 @@ pub struct DeliveryWatch {
     /// Topic of the event's records.
     pub topic: Arc<str>,
     /// The pipeline's metric handles.
-    pub metrics: PipelineMetrics,
+    pub metrics: Arc<PipelineMetrics>,
     /// The pipeline's handles for `topic`.
-    pub topic_metrics: TopicMetrics,
+    pub topic_metrics: Arc<TopicMetrics>,
     /// The event's `wallTime` (ms) and `clusterTime`, for the end-to-end latency.
     pub event_time: (Option<i64>, Option<bson::Timestamp>),
     /// Sink and topic of the dead-letter policy, when configured.

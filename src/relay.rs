@@ -84,7 +84,10 @@ pub struct Relay {
     last_wall_time_ms: Option<i64>,
     event_count: u64,
     dead_letter: Option<(KafkaSink, Arc<str>)>,
-    last_topic: Option<(Arc<str>, TopicMetrics)>,
+    last_topic: Option<(Arc<str>, Arc<TopicMetrics>)>,
+    /// The handles shared with every in-flight event's delivery watch (one `Arc` per event
+    /// instead of a deep clone of every metric family).
+    shared_metrics: Arc<PipelineMetrics>,
     lease: Option<Arc<std::sync::atomic::AtomicI64>>,
     last_position_time: Timestamp,
 }
@@ -100,6 +103,7 @@ impl Relay {
         health: Arc<PipelineHealth>,
         safe: watch::Sender<Option<Position>>,
     ) -> Self {
+        let shared_metrics = Arc::new(metrics.clone());
         Self {
             pipeline: Arc::from(pipeline),
             encoder,
@@ -114,6 +118,7 @@ impl Relay {
             event_count: 0,
             dead_letter: None,
             last_topic: None,
+            shared_metrics,
             lease: None,
             last_position_time: Timestamp {
                 time: 0,
@@ -300,12 +305,12 @@ impl Relay {
     }
 
     /// The metric handles of `topic`, cached for the common case of one topic in a row.
-    fn topic_metrics(&mut self, topic: &Arc<str>) -> TopicMetrics {
+    fn topic_metrics(&mut self, topic: &Arc<str>) -> Arc<TopicMetrics> {
         match &self.last_topic {
-            Some((name, handles)) if name == topic => handles.clone(),
+            Some((name, handles)) if name == topic => Arc::clone(handles),
             _ => {
-                let handles = self.metrics.topic(topic);
-                self.last_topic = Some((Arc::clone(topic), handles.clone()));
+                let handles = Arc::new(self.metrics.topic(topic));
+                self.last_topic = Some((Arc::clone(topic), Arc::clone(&handles)));
                 handles
             }
         }
@@ -338,7 +343,7 @@ impl Relay {
             pipeline: Arc::clone(&self.pipeline),
             topic_metrics: self.topic_metrics(&p.topic),
             topic: p.topic,
-            metrics: self.metrics.clone(),
+            metrics: Arc::clone(&self.shared_metrics),
             dead_letter: self.dead_letter.clone(),
             event_time: (encoded.wall_time_ms, encoded.cluster_time),
         };
