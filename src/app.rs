@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use mongodb::Client;
 use mongodb::options::ClientOptions;
@@ -117,6 +118,7 @@ impl Bridge {
         tokio::spawn(crate::history::run(
             client.clone(),
             metrics.clone(),
+            Duration::from_millis(config.metrics.history_interval_ms),
             cancel.child_token(),
         ));
         let task = tokio::spawn(supervise(set, cancel.clone(), client));

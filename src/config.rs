@@ -163,6 +163,22 @@ pub struct BridgeConfig {
     pub max_restart_backoff_ms: u64,
     /// `/readyz` fails when the oldest undelivered record is older than this (ms). Default 60000.
     pub ready_max_delivery_age_ms: u64,
+    /// Threads of the async runtime that runs the pipelines (reading, encoding, enqueueing);
+    /// librdkafka runs its own threads besides. 0 (default) = one per pipeline, at most one
+    /// per CPU. More threads than pipelines buy nothing: each pipeline's work is sequential,
+    /// and work handed between threads costs wake-ups (see BENCHMARKS.md).
+    pub worker_threads: usize,
+}
+
+impl BridgeConfig {
+    /// The runtime's thread count for `pipelines` pipelines on `cpus` CPUs
+    /// (`worker_threads`, or its automatic value when 0); at least 1.
+    pub fn runtime_threads(&self, pipelines: usize, cpus: usize) -> usize {
+        match self.worker_threads {
+            0 => pipelines.min(cpus).max(1),
+            n => n,
+        }
+    }
 }
 
 /// `[metrics]`.
@@ -171,6 +187,10 @@ pub struct BridgeConfig {
 pub struct MetricsConfig {
     /// `host:port` of the HTTP endpoint; port 0 picks a free port. Default `127.0.0.1:9464`.
     pub listen: String,
+    /// How often the oplog's oldest and newest entry times are read for the history headroom
+    /// metrics (ms); 0 = never (the series are then absent). Default 15000. Each sample is two
+    /// one-document `find`s on `local.oplog.rs` (see [`crate::history`]).
+    pub history_interval_ms: u64,
 }
 
 impl Default for BridgeConfig {
@@ -183,6 +203,7 @@ impl Default for BridgeConfig {
             max_await_time_ms: 1000,
             max_restart_backoff_ms: 30_000,
             ready_max_delivery_age_ms: 60_000,
+            worker_threads: 0,
         }
     }
 }
@@ -191,6 +212,7 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9464".to_owned(),
+            history_interval_ms: 15_000,
         }
     }
 }

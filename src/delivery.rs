@@ -29,6 +29,9 @@ pub struct DeliveryWatch {
     pub event_time: (Option<i64>, Option<bson::Timestamp>),
     /// Sink and topic of the dead-letter policy, when configured.
     pub dead_letter: Option<(KafkaSink, Arc<str>)>,
+    /// When the event's records were enqueued: the start of `delivery_duration`. (The window
+    /// polls an entry only once it is the oldest, so the wait cannot time itself.)
+    pub enqueued_at: Instant,
 }
 
 impl DeliveryWatch {
@@ -39,7 +42,6 @@ impl DeliveryWatch {
         deliveries: Vec<DeliveryFuture>,
         operation_type: &str,
     ) -> Result<(), BridgeError> {
-        let started = Instant::now();
         let count = deliveries.len() as u64;
         for delivery in deliveries {
             match delivery.await {
@@ -77,7 +79,7 @@ impl DeliveryWatch {
         }
         self.topic_metrics
             .delivery_duration
-            .observe(started.elapsed().as_secs_f64());
+            .observe(self.enqueued_at.elapsed().as_secs_f64());
         self.topic_metrics.delivered(operation_type, count);
         self.metrics
             .end_to_end(self.event_time.0, self.event_time.1);

@@ -586,6 +586,23 @@ fn wall_time_has_millis_and_z_even_on_a_whole_second() {
 }
 
 #[test]
+fn wall_time_before_1970_is_spelled_with_its_sign() {
+    let mut raw = rawdoc! {
+        "_id": { "_data": TOKEN },
+        "operationType": "drop",
+        "clusterTime": Timestamp { time: 1_704_164_645, increment: 42 },
+        "wallTime": DateTime::from_millis(-62_198_755_200_000),
+    };
+    raw.append("ns", rawdoc! { "db": "shop", "coll": "orders" });
+    let encoded = encoder("").encode(&raw).expect("encodes");
+    let headers = &shown(&encoded.records)[0].headers;
+    assert_eq!(
+        headers[4],
+        ("mongo.wall_time", "-0001-01-01T00:00:00.000Z".to_owned())
+    );
+}
+
+#[test]
 fn events_without_wall_time_have_no_wall_time_header() {
     // GIVEN an event from a server before 6.0 (no wallTime)
     let raw = rawdoc! {

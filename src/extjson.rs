@@ -40,7 +40,7 @@ use bson::{RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 
 use format::{
     hex_byte, write_base64, write_decimal128, write_f64_finite, write_i64, write_iso8601,
-    write_json_string,
+    write_iso8601_millis, write_json_string,
 };
 
 mod format;
@@ -53,6 +53,27 @@ mod tests;
 /// The Extended JSON spec asks generators to support at least 100 levels (MongoDB's own
 /// limit); 200 leaves headroom for the change-event envelope.
 pub const MAX_DEPTH: usize = 200;
+
+/// 9999-12-31T23:59:59.999Z in ms since the Unix epoch, the last instant of a four-digit year.
+const MAX_ISO_MILLIS: i64 = 253_402_300_799_999;
+
+/// Appends `millis` (ms since the Unix epoch) to `out` as RFC 3339 UTC with exactly three
+/// fraction digits, `YYYY-MM-DDTHH:MM:SS.mmmZ`, and returns `true`; returns `false` and leaves
+/// `out` alone when the instant is before 1970 or after year 9999.
+///
+/// ```
+/// let mut out = Vec::new();
+/// assert!(mongo_kafka_bridge::extjson::write_rfc3339_millis(&mut out, 1_700_000_000_000));
+/// assert_eq!(out, b"2023-11-14T22:13:20.000Z");
+/// assert!(!mongo_kafka_bridge::extjson::write_rfc3339_millis(&mut out, -1));
+/// ```
+pub fn write_rfc3339_millis(out: &mut Vec<u8>, millis: i64) -> bool {
+    if !(0..=MAX_ISO_MILLIS).contains(&millis) {
+        return false;
+    }
+    write_iso8601_millis(out, millis);
+    true
+}
 
 /// Which Extended JSON v2 format to produce (spec section "Conversion table").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -521,8 +542,6 @@ impl Encoder<'_> {
     }
 
     fn datetime(&mut self, millis: i64) {
-        // 9999-12-31T23:59:59.999Z, the last instant of a four-digit year.
-        const MAX_ISO_MILLIS: i64 = 253_402_300_799_999;
         if self.mode == JsonMode::Relaxed && (0..=MAX_ISO_MILLIS).contains(&millis) {
             self.raw(b"{\"$date\":\"");
             write_iso8601(self.out, millis);

@@ -2,7 +2,8 @@
 //!
 //! A resume token is only usable while its event is still in the oplog; once the oplog rolls
 //! past it the pipeline fails with `ChangeStreamHistoryLost` (286). The bridge samples the oldest
-//! and newest oplog entry times every [`SAMPLE_INTERVAL`] and exports
+//! and newest oplog entry times every `[metrics] history_interval_ms` (default 15 s; 0 = off) and
+//! exports
 //! `history_headroom_seconds = committed position time − oldest entry time` per pipeline
 //! (= the oplog window minus the position's age; see [`crate::metrics::HISTORY_HEADROOM`]).
 //!
@@ -22,8 +23,6 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 
-/// How often the oplog bounds are sampled.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(15);
 /// Bound of one sample's calls.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -85,10 +84,15 @@ fn describe(e: &mongodb::error::Error) -> String {
     }
 }
 
-/// Samples the oplog bounds every [`SAMPLE_INTERVAL`] into `metrics` until `cancel` fires.
-pub async fn run(client: Client, metrics: Metrics, cancel: CancellationToken) {
+/// Samples the oplog bounds every `interval` (the first at once) into `metrics` until `cancel`
+/// fires. A zero `interval` returns at once: the history series stay absent.
+pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: CancellationToken) {
+    if interval.is_zero() {
+        tracing::info!("history headroom sampling is off ([metrics] history_interval_ms = 0)");
+        return;
+    }
     let mut last_error: Option<String> = None;
-    let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
+    let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

@@ -121,7 +121,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = config.bridge.runtime_threads(config.pipelines.len(), cpus);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -283,6 +283,7 @@ impl Metrics {
             checkpoint_timestamp: self.checkpoint_timestamp.with_label_values(&[name]),
             source_lag: self.source_lag.with_label_values(&[name]),
             stream_open: self.stream_open.with_label_values(&[name]),
+            events_read: handles::OpCounters::default(),
         }
     }
 

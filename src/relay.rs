@@ -174,7 +174,7 @@ impl Relay {
             tokio::select! {
                 biased;
                 Some(done) = self.window.next(), if !self.window.is_empty() => {
-                    self.complete(done?);
+                    self.complete_ready(done)?;
                     if let Some(p) = pending.take() {
                         pending = self.enqueue(p)?;
                     }
@@ -346,6 +346,7 @@ impl Relay {
             metrics: Arc::clone(&self.shared_metrics),
             dead_letter: self.dead_letter.clone(),
             event_time: (encoded.wall_time_ms, encoded.cluster_time),
+            enqueued_at: Instant::now(),
         };
         let operation_type = encoded.operation_type;
         let deliveries = p.deliveries;
@@ -355,6 +356,34 @@ impl Relay {
                 .await
                 .map(|()| position)
         });
+    }
+
+    /// Takes `first` and every further entry the window has ready without waiting, then publishes
+    /// the last position once (one checkpointer wake-up and one gauge update per burst of
+    /// deliveries, not per event). On an error, the positions before it are still published.
+    fn complete_ready(
+        &mut self,
+        first: Result<crate::window::Completed<Position>, BridgeError>,
+    ) -> Result<(), BridgeError> {
+        use futures::FutureExt as _;
+        let mut next = Some(first);
+        let mut last = None;
+        while let Some(result) = next {
+            match result {
+                Ok(done) => last = Some(done),
+                Err(e) => {
+                    if let Some(done) = last {
+                        self.complete(done);
+                    }
+                    return Err(e);
+                }
+            }
+            next = self.window.next().now_or_never().flatten();
+        }
+        if let Some(done) = last {
+            self.complete(done);
+        }
+        Ok(())
     }
 
     fn complete(&mut self, done: crate::window::Completed<Position>) {

@@ -32,8 +32,8 @@ pub(super) fn is_secret_property(key: &str) -> bool {
 
 /// Applies `MONGO_KAFKA_BRIDGE__SECTION__KEY=value` overrides to the parsed file.
 ///
-/// In `[bridge]` (all integers), values that parse as an integer become one; every other value
-/// is a string.
+/// In `[bridge]` (all integers) and for `*_ms` keys, values that parse as an integer become one;
+/// every other value is a string.
 pub(super) fn apply_env(
     tree: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
@@ -74,10 +74,10 @@ pub(super) fn apply_env(
         if section == "pipelines" {
             return Err(err(name, "pipelines are configured in the file only"));
         }
-        // Only `[bridge]` holds numbers: elsewhere a value such as a topic prefix `2024` or a
-        // database `true` stays a string.
+        // Only `[bridge]` and durations (`*_ms`) hold numbers: elsewhere a value such as a topic
+        // prefix `2024` or a database `true` stays a string.
         let value = match raw.parse::<i64>() {
-            Ok(i) if section == "bridge" => toml::Value::Integer(i),
+            Ok(i) if section == "bridge" || key.ends_with("_ms") => toml::Value::Integer(i),
             _ => toml::Value::String(raw),
         };
         section_table(tree, &section).insert(key, value);
@@ -171,6 +171,13 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
             "must be host:port with an IP address, e.g. 0.0.0.0:9464",
         ));
     }
+    let history = config.metrics.history_interval_ms;
+    if history != 0 && history < 1000 {
+        return Err(err(
+            "metrics.history_interval_ms",
+            format!("{history} is too often: use 0 (off) or at least 1000"),
+        ));
+    }
     if config.pipelines.is_empty() {
         return Err(err("pipelines", "add at least one [[pipelines]] entry"));
     }
@@ -204,6 +211,15 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
         if value == 0 {
             return Err(err(field, "must be greater than 0"));
         }
+    }
+    if b.worker_threads > 1024 {
+        return Err(err(
+            "bridge.worker_threads",
+            format!(
+                "{} threads is more than any machine needs: use 0 (one per pipeline)",
+                b.worker_threads
+            ),
+        ));
     }
     Ok(())
 }

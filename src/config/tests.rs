@@ -84,6 +84,8 @@ fn a_minimal_file_gets_the_documented_defaults() {
     assert_eq!(b.max_await_time_ms, 1000);
     assert_eq!(b.max_restart_backoff_ms, 30_000);
     assert_eq!(b.ready_max_delivery_age_ms, 60_000);
+    assert_eq!(b.worker_threads, 0);
+    assert_eq!(config.metrics.history_interval_ms, 15_000);
     assert_eq!(config.pipelines.len(), 1);
     let p = &config.pipelines[0];
     assert_eq!(p.name, "orders");
@@ -846,6 +848,57 @@ fn env_overrides_an_integer() {
     )
     .expect("valid");
     assert_eq!(config.bridge.commit_interval_ms, 250);
+}
+
+#[test]
+fn env_overrides_a_duration_outside_bridge() {
+    let config = parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__METRICS__HISTORY_INTERVAL_MS", "0")],
+    )
+    .expect("valid");
+    assert_eq!(config.metrics.history_interval_ms, 0);
+    assert_eq!(
+        parse_env(&valid_with(""), &[])
+            .expect("valid")
+            .metrics
+            .history_interval_ms,
+        15_000
+    );
+}
+
+#[test]
+fn runtime_threads_default_to_one_per_pipeline_at_most_one_per_cpu() {
+    let mut bridge = crate::config::BridgeConfig::default();
+    assert_eq!(bridge.runtime_threads(1, 8), 1);
+    assert_eq!(bridge.runtime_threads(3, 8), 3);
+    assert_eq!(bridge.runtime_threads(3, 2), 2);
+    assert_eq!(bridge.runtime_threads(0, 2), 1);
+    bridge.worker_threads = 4;
+    assert_eq!(bridge.runtime_threads(1, 2), 4);
+}
+
+#[test]
+fn worker_threads_beyond_reason_are_refused() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with("[bridge]\nworker_threads = 5000\n"),
+        &[],
+    ));
+    assert_eq!(field, "bridge.worker_threads");
+    assert_eq!(
+        reason,
+        "5000 threads is more than any machine needs: use 0 (one per pipeline)"
+    );
+}
+
+#[test]
+fn history_interval_below_a_second_is_refused() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with("[metrics]\nhistory_interval_ms = 50\n"),
+        &[],
+    ));
+    assert_eq!(field, "metrics.history_interval_ms");
+    assert_eq!(reason, "50 is too often: use 0 (off) or at least 1000");
 }
 
 #[test]

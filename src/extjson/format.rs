@@ -236,6 +236,15 @@ pub(super) fn write_f64_finite(out: &mut Vec<u8>, v: f64) {
 /// Writes `millis` (0 ..= end of year 9999) as RFC 3339 UTC: `YYYY-MM-DDTHH:MM:SS[.mmm]Z`;
 /// the fraction has exactly 3 digits and is omitted when zero (spec conversion table, note 5).
 pub(super) fn write_iso8601(out: &mut Vec<u8>, millis: i64) {
+    write_civil(out, millis, false);
+}
+
+/// Like [`write_iso8601`], with the 3-digit fraction always written (`…:SS.mmmZ`).
+pub(super) fn write_iso8601_millis(out: &mut Vec<u8>, millis: i64) {
+    write_civil(out, millis, true);
+}
+
+fn write_civil(out: &mut Vec<u8>, millis: i64, always_fraction: bool) {
     let days = millis.div_euclid(86_400_000);
     let ms_of_day = millis.rem_euclid(86_400_000) as u64;
     // Civil-from-days (H. Hinnant), for days >= 0 since 1970-01-01.
@@ -261,7 +270,7 @@ pub(super) fn write_iso8601(out: &mut Vec<u8>, millis: i64) {
     out.push(b':');
     write_padded(out, ms_of_day / 1_000 % 60, 2);
     let ms = ms_of_day % 1_000;
-    if ms != 0 {
+    if ms != 0 || always_fraction {
         out.push(b'.');
         write_padded(out, ms, 3);
     }

@@ -1,7 +1,7 @@
 //! Per-pipeline (and per-pipeline-and-topic) handles, resolved once and cloned into the tasks.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bson::Timestamp;
 use prometheus::{Gauge, Histogram, IntCounter, IntGauge};
@@ -34,6 +34,33 @@ pub struct PipelineMetrics {
     pub source_lag: Gauge,
     /// Stream open flag.
     pub stream_open: IntGauge,
+    /// `source_events` of the document operations, resolved on first use.
+    pub(super) events_read: OpCounters,
+}
+
+/// The counters of one labelled family for the four document operation types, each resolved on
+/// first use (so no series appears before its first event) and then shared: the per-event path
+/// skips the family's label hashing and lock.
+#[derive(Clone, Default)]
+pub(super) struct OpCounters(Arc<[OnceLock<IntCounter>; 4]>);
+
+impl OpCounters {
+    /// The counter of `operation_type`, from `resolve` on first use; `None` for operation types
+    /// other than insert, update, replace and delete (the caller resolves those each time).
+    fn get(
+        &self,
+        operation_type: &str,
+        resolve: impl FnOnce() -> IntCounter,
+    ) -> Option<&IntCounter> {
+        let slot = match operation_type {
+            "insert" => 0,
+            "update" => 1,
+            "replace" => 2,
+            "delete" => 3,
+            _ => return None,
+        };
+        Some(self.0[slot].get_or_init(resolve))
+    }
 }
 
 /// Handles of one pipeline's series for one topic, resolved once per topic. Cheap to clone.
@@ -46,15 +73,23 @@ pub struct TopicMetrics {
     pub enqueued: IntCounter,
     /// Enqueue → delivery seconds of events whose records go to this topic.
     pub delivery_duration: Histogram,
+    delivered: OpCounters,
 }
 
 impl TopicMetrics {
     /// Counts `records` delivered records of an event of `operation_type`.
     pub fn delivered(&self, operation_type: &str, records: u64) {
-        self.family
-            .delivered
-            .with_label_values(&[self.pipeline.as_str(), &self.topic, operation_type])
-            .inc_by(records);
+        let resolve = || {
+            self.family.delivered.with_label_values(&[
+                self.pipeline.as_str(),
+                &self.topic,
+                operation_type,
+            ])
+        };
+        match self.delivered.get(operation_type, resolve) {
+            Some(counter) => counter.inc_by(records),
+            None => resolve().inc_by(records),
+        }
     }
     /// Counts a delivery error with a bounded `error_code` (librdkafka code name).
     pub fn delivery_error(&self, error_code: &str) {
@@ -82,15 +117,21 @@ impl PipelineMetrics {
                     .family
                     .delivery_duration
                     .with_label_values(&[self.name.as_str(), topic]),
+                delivered: OpCounters::default(),
             })
             .clone()
     }
     /// Counts one event read of `operation_type`.
     pub fn event_read(&self, operation_type: &str) {
-        self.family
-            .source_events
-            .with_label_values(&[&self.name, operation_type])
-            .inc();
+        let resolve = || {
+            self.family
+                .source_events
+                .with_label_values(&[&self.name, operation_type])
+        };
+        match self.events_read.get(operation_type, resolve) {
+            Some(counter) => counter.inc(),
+            None => resolve().inc(),
+        }
     }
     /// Observes the end-to-end latency of an event just delivered: now minus its `wallTime`
     /// (ms since the Unix epoch), else minus its `clusterTime` (second resolution).
