@@ -7,6 +7,8 @@ Measures, side by side in one run on the same servers and the same data:
               limit-read     raw change-stream read, events dropped        (bench limit --mode read)
               limit-produce  raw librdkafka produce of the same events     (bench limit --mode produce)
               limit-relay    read + produce, no bridge logic: THE LIMIT    (bench limit --mode relay)
+              limit-headers  the same with headers shaped like the bridge's (--headers): what
+                             the headers alone cost the broker and librdkafka
               bridge         mongo-kafka-bridge run
               node           bench/baselines/node/bridge.js (mongodb + kafkajs)
               python         bench/baselines/python/bridge.py (pymongo + confluent-kafka)
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -41,8 +44,9 @@ SERVICES = ROOT / "scripts" / "services"
 SECANTUS_RS = ROOT / ".cache" / "secantus-rs" / "bin" / "secantusd-rs"
 SIZES = {"1KB": 1024, "20KB": 20 * 1024, "250KB": 250 * 1024}
 COUNTS = {"1KB": 100_000, "20KB": 20_000, "250KB": 2_000}
-CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "bridge", "node", "python"]
-PRODUCERS = {"limit-produce", "limit-relay", "bridge", "node", "python"}
+CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "bridge", "node",
+                   "python"]
+PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "bridge", "node", "python"}
 DB = "bench"
 
 
@@ -63,6 +67,21 @@ def proc_cpu_s(pid):
         return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def thread_cpu_s(pid):
+    """CPU seconds by thread name (threads of one name summed), from /proc/<pid>/task."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            stat = (task / "stat").read_text()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            rest = stat.rsplit(")", 1)[1].split()
+            cpu = (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[name] = out.get(name, 0.0) + cpu
+    return out
 
 
 def proc_status_kib(pid, field):
@@ -167,6 +186,13 @@ class Servers:
             self.kafka_pid = None
             self._services("down", "--only", "kafka", "--wipe")
 
+    def cpu_s(self):
+        """CPU seconds (utime + stime) used so far by the MongoDB and the Kafka server this
+        harness started (NaN for external or Python-managed servers)."""
+        mongo = proc_cpu_s(self.mongo_proc.pid) if self.mongo_proc else float("nan")
+        kafka = proc_cpu_s(self.kafka_pid) if self.kafka_pid else float("nan")
+        return mongo, kafka
+
     def freeze_kafka(self, frozen):
         if self.kafka_pid:
             os.kill(self.kafka_pid, signal.SIGSTOP if frozen else signal.SIGCONT)
@@ -270,6 +296,11 @@ topic = "{topic}"
 
 [metrics]
 listen = "127.0.0.1:{port}"
+# Off: the limit programs and the baselines do not sample the oplog, and SecantusDB answers the
+# two one-document `find`s on local.oplog.rs ({{$natural: ±1}}) by scanning the whole oplog,
+# 1-5 s of server CPU per sample with the backlogs here (mongod reads one document at either end
+# of its capped collection). BENCHMARKS.md shows the default's cost measured once.
+history_interval_ms = {self.args.history_interval_ms}
 """)
         return path
 
@@ -280,7 +311,8 @@ listen = "127.0.0.1:{port}"
             port = free_port()
             cfg = self.bridge_config(f"{coll}-bridge", coll, topic, port)
             env = dict(os.environ, RUST_LOG="warn")
-            proc = subprocess.Popen([self.bridge_bin, "run", "--config", str(cfg)], stdout=logf,
+            prefix = [] if init else shlex.split(self.args.bridge_prefix)
+            proc = subprocess.Popen([*prefix, self.bridge_bin, "run", "--config", str(cfg)], stdout=logf,
                                     stderr=subprocess.STDOUT, env=env)
             proc.metrics_port = port
             return proc
@@ -307,7 +339,7 @@ listen = "127.0.0.1:{port}"
             return
         if system == "bridge":
             from pymongo import MongoClient
-            proc = self.start("bridge", coll, topic)
+            proc = self.start("bridge", coll, topic, init=True)
             offsets = MongoClient(self.servers.uri)["bench_bridge"]["offsets"]
             deadline = time.monotonic() + 60
             # The document exists as soon as the bridge takes the pipeline; its first position
@@ -332,6 +364,10 @@ listen = "127.0.0.1:{port}"
             mode = system.split("-", 1)[1]
             argv = ["limit", "--mode", mode, "--db", DB, "--coll", coll, "--count", str(count),
                     "--token", str(self.work / f"token-{coll}"), "--compression", self.args.compression]
+            if mode == "headers":
+                mode = "relay"
+                argv[2] = mode
+                argv.append("--headers")
             if mode != "read":
                 argv += ["--topic", topic]
             if mode == "read":
@@ -350,6 +386,7 @@ listen = "127.0.0.1:{port}"
             proc = self.start(system, coll, topic)
         first = None
         cpu = rss = float("nan")
+        servers_cpu0 = self.servers.cpu_s()
         try:
             while True:
                 high = kafka.high(topic, partitions)
@@ -363,8 +400,11 @@ listen = "127.0.0.1:{port}"
                 if proc.poll() is not None and not system.startswith("limit"):
                     raise HarnessError(f"{system} exited with {proc.returncode} (see {self.work})")
                 time.sleep(0.01)
+            servers_cpu = [b - a for a, b in zip(servers_cpu0, self.servers.cpu_s())]
+            threads = {}
             if not system.startswith("limit"):
                 cpu = proc_cpu_s(proc.pid)
+                threads = thread_cpu_s(proc.pid)
                 rss = proc_status_kib(proc.pid, "VmHWM") / 1024
         finally:
             if system.startswith("limit"):
@@ -384,7 +424,10 @@ listen = "127.0.0.1:{port}"
         secs = now - t_start
         r = {"rate": count / secs, "secs": secs,
              "tail_rate": (count - h0) / (now - t0) if now > t0 and count > h0 else float("nan"),
-             "cpu_us_per_event": cpu * 1e6 / count, "peak_rss_mib": rss}
+             "cpu_us_per_event": cpu * 1e6 / count, "peak_rss_mib": rss,
+             "mongo_cpu_us_per_event": servers_cpu[0] * 1e6 / count,
+             "kafka_cpu_us_per_event": servers_cpu[1] * 1e6 / count,
+             "thread_cpu_us_per_event": {k: v * 1e6 / count for k, v in threads.items()}}
         if system.startswith("limit"):
             r["internal_rate"] = json.loads(out.strip().splitlines()[-1])["rate"]
         if system == "limit-produce":
@@ -420,7 +463,12 @@ listen = "127.0.0.1:{port}"
                 r.update(system=s, size=size_name, run=run, count=count, insert_rate=w["rate"])
                 self.results["catchup"].append(r)
                 log(f"  {s:14} {r['rate']:10.0f} events/s  cpu {r['cpu_us_per_event']:6.1f} us/event"
-                    f"  rss {r['peak_rss_mib']:6.1f} MiB")
+                    f"  rss {r['peak_rss_mib']:6.1f} MiB  servers' cpu {r.get('mongo_cpu_us_per_event', float('nan')):6.1f}"
+                    f" + {r.get('kafka_cpu_us_per_event', float('nan')):6.1f} us/event")
+                if r.get("thread_cpu_us_per_event"):
+                    log("    threads (us/event): " + ", ".join(
+                        f"{k} {v:.1f}" for k, v in sorted(r["thread_cpu_us_per_event"].items(),
+                                                          key=lambda kv: -kv[1]) if v > 0))
                 if s in PRODUCERS:
                     kafka.delete(topics[s])
             for r in self.results["catchup"]:
@@ -709,6 +757,11 @@ def main():
     ap.add_argument("--compression", default="none")
     ap.add_argument("--oplog-max-entries", type=int, default=2_000_000)
     ap.add_argument("--bridge-bin", required=True)
+    ap.add_argument("--history-interval-ms", type=int, default=0,
+                    help="the bridge's [metrics] history_interval_ms (its default is 15000)")
+    ap.add_argument("--bridge-prefix", default="",
+                    help="command the bridge runs under, e.g. 'perf record -g -o bridge.perf --' "
+                         "(its CPU and RSS figures are then the wrapper's)")
     ap.add_argument("--bench-bin", required=True)
     ap.add_argument("--out", required=True, help="directory for results.json, results.md and logs")
     args = ap.parse_args()

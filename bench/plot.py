@@ -15,6 +15,7 @@ SIZES = ["1KB", "20KB", "250KB"]
 SYSTEMS = [
     ("limit-read", "limit: read only", "#bbbbbb"),
     ("limit-relay", "limit: read + produce", "#555555"),
+    ("limit-headers", "limit + bridge-like headers", "#8c564b"),
     ("bridge", "mongo-kafka-bridge", "#1f77b4"),
     ("node", "Node.js baseline", "#2ca02c"),
     ("python", "Python baseline", "#d62728"),

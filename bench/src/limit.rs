@@ -11,6 +11,7 @@ use futures::StreamExt;
 use mongo_kafka_bridge::source::{RawStream, current_token, to_resume_token};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use serde_json::json;
 
@@ -48,6 +49,48 @@ pub struct LimitArgs {
     /// librdkafka `compression.type`.
     #[arg(long, default_value = "none")]
     compression: String,
+    /// Relay mode: attach headers shaped like the bridge's (8 names, ~300 bytes: operation
+    /// type, namespace, resume token, cluster and wall time, pipeline; values copied from the
+    /// event), to measure what headers cost the broker and librdkafka.
+    #[arg(long)]
+    headers: bool,
+}
+
+/// Headers with the bridge's names and sizes, values taken from the raw event.
+fn bridge_like_headers(event: &bson::RawDocument) -> OwnedHeaders {
+    let text = |key: &str| event.get_str(key).unwrap_or("").to_owned();
+    let token = event
+        .get_document("_id")
+        .ok()
+        .and_then(|t| t.get_str("_data").ok())
+        .unwrap_or("")
+        .to_owned();
+    let ns = event
+        .get_document("ns")
+        .map(|ns| {
+            format!(
+                "{}.{}",
+                ns.get_str("db").unwrap_or(""),
+                ns.get_str("coll").unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let values = [
+        ("mongo.operation_type", text("operationType")),
+        ("mongo.namespace", ns),
+        ("mongo.resume_token", token),
+        ("mongo.cluster_time", "1795953972.1".to_owned()),
+        ("mongo.wall_time", "2026-11-29T12:00:00.000Z".to_owned()),
+        ("mongo.pipeline", "limit-relay".to_owned()),
+    ];
+    let mut headers = OwnedHeaders::new_with_capacity(values.len());
+    for (key, value) in &values {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    headers
 }
 
 /// Counts delivery reports.
@@ -90,8 +133,12 @@ async fn send(
     topic: &str,
     key: &[u8],
     value: &[u8],
+    headers: Option<OwnedHeaders>,
 ) -> anyhow::Result<()> {
     let mut record = BaseRecord::to(topic).key(key).payload(value);
+    if let Some(headers) = headers {
+        record = record.headers(headers);
+    }
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
@@ -174,7 +221,7 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
             for i in 0..args.count {
                 let (key, value) = &events[i as usize % events.len()];
                 bytes += value.len() as u64;
-                send(&producer, &args.topic, key, value).await?;
+                send(&producer, &args.topic, key, value, None).await?;
             }
             let (n, failed) = finish(&producer, args.count).await;
             (n, started.elapsed().as_secs_f64(), failed)
@@ -191,7 +238,15 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
                 first.get_or_insert_with(Instant::now);
                 bytes += event.as_bytes().len() as u64;
                 let key = event.get_document("documentKey")?;
-                send(&producer, &args.topic, key.as_bytes(), event.as_bytes()).await?;
+                let headers = args.headers.then(|| bridge_like_headers(&event));
+                send(
+                    &producer,
+                    &args.topic,
+                    key.as_bytes(),
+                    event.as_bytes(),
+                    headers,
+                )
+                .await?;
                 n += 1;
             }
             let (n, failed) = finish(&producer, n).await;
