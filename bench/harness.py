@@ -46,7 +46,10 @@ SIZES = {"1KB": 1024, "20KB": 20 * 1024, "250KB": 250 * 1024}
 COUNTS = {"1KB": 100_000, "20KB": 20_000, "250KB": 2_000}
 CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "bridge", "node",
                    "python"]
-PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "bridge", "node", "python"}
+# Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
+OPTIONAL_SYSTEMS = ["limit-split"]
+PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "bridge", "node",
+             "python"}
 DB = "bench"
 
 
@@ -192,6 +195,22 @@ class Servers:
         mongo = proc_cpu_s(self.mongo_proc.pid) if self.mongo_proc else float("nan")
         kafka = proc_cpu_s(self.kafka_pid) if self.kafka_pid else float("nan")
         return mongo, kafka
+
+    def settle(self, idle_share=0.05, window=0.25, timeout=20.0):
+        """Waits until both servers this harness started are idle (each under `idle_share` of a
+        core over `window` seconds), at most `timeout` seconds: a measurement must not pay for
+        the work the previous one left behind (noida-db deleting the last topic, SecantusDB
+        persisting the backlog)."""
+        deadline = time.monotonic() + timeout
+        before = self.cpu_s()
+        while time.monotonic() < deadline:
+            time.sleep(window)
+            after = self.cpu_s()
+            busy = [b - a for a, b in zip(before, after) if b == b and a == a]
+            if all(x < idle_share * window for x in busy):
+                return
+            before = after
+        log(f"servers still busy after {timeout:.0f} s; measuring anyway")
 
     def freeze_kafka(self, frozen):
         if self.kafka_pid:
@@ -364,10 +383,10 @@ history_interval_ms = {self.args.history_interval_ms}
             mode = system.split("-", 1)[1]
             argv = ["limit", "--mode", mode, "--db", DB, "--coll", coll, "--count", str(count),
                     "--token", str(self.work / f"token-{coll}"), "--compression", self.args.compression]
-            if mode == "headers":
+            if mode in ("headers", "split"):
+                argv.append(f"--{mode}" if mode == "headers" else "--split-stage")
                 mode = "relay"
                 argv[2] = mode
-                argv.append("--headers")
             if mode != "read":
                 argv += ["--topic", topic]
             if mode == "read":
@@ -441,7 +460,7 @@ history_interval_ms = {self.args.history_interval_ms}
         args = self.args
         size = SIZES[size_name]
         count = args.count or COUNTS[size_name]
-        systems = [s for s in args.systems if s in CATCHUP_SYSTEMS]
+        systems = [s for s in args.systems if s in CATCHUP_SYSTEMS + OPTIONAL_SYSTEMS]
         rot = run % len(systems)
         systems = systems[rot:] + systems[:rot]  # spread the machine's noise over the systems
         coll = f"cu_{size_name}_{run}_{int(time.time())}"
@@ -457,6 +476,7 @@ history_interval_ms = {self.args.history_interval_ms}
             w = self.bench("load", "--db", DB, "--coll", coll, "--size", str(size), "--count", str(count))
             event_bytes = None
             for s in systems:
+                self.servers.settle()
                 r = self.measure_catchup(kafka, s, coll, topics[s], count, args.partitions)
                 if s == "limit-read":
                     event_bytes = r["event_bytes"]
@@ -631,7 +651,7 @@ def report(results, meta):
     out("")
     cu = results["catchup"]
     sizes = [s for s in SIZES if any(r["size"] == s for r in cu)]
-    systems = [s for s in CATCHUP_SYSTEMS if any(r["system"] == s for r in cu)]
+    systems = [s for s in CATCHUP_SYSTEMS + OPTIONAL_SYSTEMS if any(r["system"] == s for r in cu)]
     targets = []
     if cu:
         out("### Catch-up (backlog drained)")

@@ -54,6 +54,10 @@ pub struct LimitArgs {
     /// event), to measure what headers cost the broker and librdkafka.
     #[arg(long)]
     headers: bool,
+    /// Open the stream with `$changeStreamSplitLargeEvent`, as the bridge does, to measure what
+    /// the stage costs the server.
+    #[arg(long)]
+    split_stage: bool,
 }
 
 /// Headers with the bridge's names and sizes, values taken from the raw event.
@@ -113,7 +117,7 @@ impl ProducerContext for Counting {
 }
 
 /// The same producer settings as the bridge (`sink.rs`): idempotent, acks=all, 5 in flight,
-/// murmur2_random, linger 10 ms.
+/// murmur2_random, linger 5 ms.
 fn producer(bootstrap: &str, compression: &str) -> anyhow::Result<ThreadedProducer<Counting>> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -121,7 +125,7 @@ fn producer(bootstrap: &str, compression: &str) -> anyhow::Result<ThreadedProduc
         .set("acks", "all")
         .set("max.in.flight.requests.per.connection", "5")
         .set("partitioner", "murmur2_random")
-        .set("linger.ms", "10")
+        .set("linger.ms", "5")
         .set("message.timeout.ms", "120000")
         .set("compression.type", compression)
         .create_with_context(Counting::default())?)
@@ -152,13 +156,22 @@ async fn send(
 }
 
 /// Opens the change stream of the collection after the saved token.
-async fn open(servers: &Servers, token: &Path) -> anyhow::Result<RawStream> {
+async fn open(servers: &Servers, token: &Path, split_stage: bool) -> anyhow::Result<RawStream> {
     let token = RawDocumentBuf::from_bytes(std::fs::read(token)?)?;
     let client = crate::mongo(&servers.uri).await?;
     let coll = client
         .database(&servers.db)
         .collection::<Document>(&servers.coll);
-    let stream = coll.watch().start_after(to_resume_token(&token)?).await?;
+    let stages = if split_stage {
+        vec![bson::doc! { mongo_kafka_bridge::split::SPLIT_STAGE: {} }]
+    } else {
+        Vec::new()
+    };
+    let stream = coll
+        .watch()
+        .pipeline(stages)
+        .start_after(to_resume_token(&token)?)
+        .await?;
     Ok(stream.with_type::<RawDocumentBuf>())
 }
 
@@ -183,7 +196,7 @@ pub async fn save_token(servers: &Servers, out: &Path) -> anyhow::Result<String>
 
 /// `bench limit`.
 pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
-    let mut stream = open(&args.servers, &args.token).await?;
+    let mut stream = open(&args.servers, &args.token, args.split_stage).await?;
     let mut bytes: u64 = 0;
     let (events, secs, failed) = match args.mode {
         Mode::Read => {

@@ -70,7 +70,7 @@ def main():
             "bootstrap.servers": args.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 10,
+            "linger.ms": 5,
             "compression.type": args.compression,
         }
     )
