@@ -329,7 +329,7 @@ history_interval_ms = {self.args.history_interval_ms}
         if system == "bridge":
             port = free_port()
             cfg = self.bridge_config(f"{coll}-bridge", coll, topic, port)
-            env = dict(os.environ, RUST_LOG="warn")
+            env = dict(os.environ, RUST_LOG=self.args.bridge_log)
             prefix = [] if init else shlex.split(self.args.bridge_prefix)
             proc = subprocess.Popen([*prefix, self.bridge_bin, "run", "--config", str(cfg)], stdout=logf,
                                     stderr=subprocess.STDOUT, env=env)
@@ -779,6 +779,9 @@ def main():
     ap.add_argument("--bridge-bin", required=True)
     ap.add_argument("--history-interval-ms", type=int, default=0,
                     help="the bridge's [metrics] history_interval_ms (its default is 15000)")
+    ap.add_argument("--bridge-log", default="warn",
+                    help="the bridge's RUST_LOG, e.g. 'warn,mongodb::command=debug' to log every "
+                         "getMore with its duration")
     ap.add_argument("--bridge-prefix", default="",
                     help="command the bridge runs under, e.g. 'perf record -g -o bridge.perf --' "
                          "(its CPU and RSS figures are then the wrapper's)")

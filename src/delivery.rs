@@ -29,8 +29,7 @@ pub struct DeliveryWatch {
     pub event_time: (Option<i64>, Option<bson::Timestamp>),
     /// Sink and topic of the dead-letter policy, when configured.
     pub dead_letter: Option<(KafkaSink, Arc<str>)>,
-    /// When the event's records were enqueued: the start of `delivery_duration`. (The window
-    /// polls an entry only once it is the oldest, so the wait cannot time itself.)
+    /// When the event's last record was enqueued: the start of `delivery_duration`.
     pub enqueued_at: Instant,
 }
 

@@ -261,6 +261,7 @@ async fn skip_history(
     let sink = KafkaSink::new(&ctx.config.kafka)?;
     let markers = gap::publish(&sink, p, &ctx.config.kafka.topic_prefix, from, to, reason).await?;
     sink.flush(Duration::from_secs(5)).await;
+    sink.close();
     store.reset_to(epoch, to).await?;
     ctx.metrics.restart("history_lost_skip");
     error!(
@@ -368,6 +369,8 @@ async fn run_once(
         drain_timeout: Duration::from_millis(b.shutdown_timeout_ms),
     };
     let encoder = Encoder::new(p, &ctx.config.kafka.topic_prefix);
+    // Kept until the relay and its delivery watches are gone, then destroyed off the runtime.
+    let last_sink = sink.clone();
     let relay = Relay::new(
         &p.name,
         encoder,
@@ -384,6 +387,7 @@ async fn run_once(
     };
     ctx.metrics.stream_open.set(1);
     let relay_result = relay.run(rx, run_cancel.clone()).await;
+    last_sink.close();
     run_cancel.cancel();
     ctx.metrics.stream_open.set(0);
     let source_result = source_task.await.unwrap_or(Ok(()));

@@ -40,6 +40,10 @@ use crate::metrics::{PipelineMetrics, TopicMetrics};
 use crate::sink::{EnqueueError, KafkaSink};
 use crate::window::OrderedWindow;
 
+/// Bound of one burst in `complete_ready`, so a full window of completed entries (up to
+/// `max_in_flight_events`) does not hold the runtime thread for long without a yield.
+const MAX_COMPLETIONS_PER_WAKE: usize = 1024;
+
 /// An event whose records are partly enqueued (the queue was full).
 struct Pending {
     records: VecDeque<Record>,
@@ -358,9 +362,10 @@ impl Relay {
         });
     }
 
-    /// Takes `first` and every further entry the window has ready without waiting, then publishes
-    /// the last position once (one checkpointer wake-up and one gauge update per burst of
-    /// deliveries, not per event). On an error, the positions before it are still published.
+    /// Takes `first` and up to [`MAX_COMPLETIONS_PER_WAKE`] further entries the window has ready
+    /// without waiting, then publishes the last position once (one checkpointer wake-up and one
+    /// gauge update per burst of deliveries, not per event). On an error, the positions before
+    /// it are still published.
     fn complete_ready(
         &mut self,
         first: Result<crate::window::Completed<Position>, BridgeError>,
@@ -368,7 +373,9 @@ impl Relay {
         use futures::FutureExt as _;
         let mut next = Some(first);
         let mut last = None;
+        let mut taken = 0;
         while let Some(result) = next {
+            taken += 1;
             match result {
                 Ok(done) => last = Some(done),
                 Err(e) => {
@@ -377,6 +384,9 @@ impl Relay {
                     }
                     return Err(e);
                 }
+            }
+            if taken > MAX_COMPLETIONS_PER_WAKE {
+                break;
             }
             next = self.window.next().now_or_never().flatten();
         }

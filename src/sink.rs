@@ -173,6 +173,13 @@ impl KafkaSink {
             .map(|(code, text)| format!("{code:?}: {text}"))
     }
 
+    /// Drops this handle on the blocking pool: when it is the producer's last handle, librdkafka's
+    /// destroy path (purge, a flush of up to 500 ms, joining its threads) must not stall a
+    /// runtime thread that other pipelines and `/healthz` share. Call [`KafkaSink::flush`] first.
+    pub fn close(self) {
+        tokio::task::spawn_blocking(move || drop(self));
+    }
+
     /// Records enqueued but not yet delivered (librdkafka's out-queue length).
     pub fn queue_len(&self) -> i32 {
         self.producer.in_flight_count()

@@ -13,9 +13,8 @@
 //! # Ordering proof
 //! Claim: every `Ok(p)` that [`OrderedWindow::next`] yields is the position of an entry `k` such
 //! that entries `0..=k` (in push order) have all completed with `Ok`.
-//! 1. Entries live in a FIFO (`VecDeque`) and only the head is ever polled or removed:
-//!    [`OrderedWindow::next`] awaits the head's future and pops it in the same poll that saw it
-//!    complete, so output `k` is returned only after outputs `0..k` were returned.
+//! 1. `FuturesOrdered` yields outputs strictly in push order: output `k` is returned only after
+//!    outputs `0..k` were returned (tokio-rs/futures `FuturesOrdered` docs).
 //! 2. The caller stops at the first `Err` it receives (the relay returns it and drops the window),
 //!    so if output `k` is `Ok` and reached the caller, outputs `0..k` reached it before and were
 //!    all `Ok`.
@@ -24,19 +23,16 @@
 //!    (`oneshot::Canceled`) or a delivery error resolves `Err`.
 //!
 //! Hence a yielded position never passes an undelivered record, and the sequence of yielded
-//! positions is the push order, so committed positions are monotonic.
-//!
-//! Cost: only the head is polled, so the deliveries of the entries behind it complete without
-//! waking the relay; when the head completes, the entries behind it are usually complete too
-//! and yield without waiting. (A `FuturesOrdered` here polled every entry and woke the relay for
-//! every delivery.) Watermarks (post-batch
+//! positions is the push order, so committed positions are monotonic. Watermarks (post-batch
 //! resume tokens) enter as already-completed entries: they are yielded only after everything read
 //! before them was delivered (case C03).
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
 
 /// What a completed entry yields: its position and the bytes it held.
 #[derive(Debug)]
@@ -51,7 +47,7 @@ pub struct Completed<T> {
 
 /// Ordered in-flight entries with count and byte accounting.
 pub struct OrderedWindow<T, E> {
-    entries: VecDeque<BoxFuture<'static, Result<Completed<T>, E>>>,
+    entries: FuturesOrdered<BoxFuture<'static, Result<Completed<T>, E>>>,
     pushed_at: VecDeque<Instant>,
     events: usize,
     bytes: usize,
@@ -67,7 +63,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     /// An empty window.
     pub fn new() -> Self {
         Self {
-            entries: VecDeque::new(),
+            entries: FuturesOrdered::new(),
             pushed_at: VecDeque::new(),
             events: 0,
             bytes: 0,
@@ -104,13 +100,9 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
             }))));
     }
 
-    /// Waits for the head entry; `None` when the window is empty. Cancel-safe: a `next()`
-    /// dropped before it completes leaves the head in place (its future keeps its progress).
+    /// Waits for the head entry; `None` when the window is empty. Cancel-safe.
     pub async fn next(&mut self) -> Option<Result<Completed<T>, E>> {
-        let out = self.entries.front_mut()?.as_mut().await;
-        // No await point between the head completing and its removal: a completed future is
-        // never polled again.
-        self.entries.pop_front();
+        let out = self.entries.next().await?;
         self.pushed_at.pop_front();
         if let Ok(done) = &out
             && done.is_event
