@@ -138,6 +138,9 @@ async fn c14_deletes_keep_the_document_key_and_are_followed_by_a_tombstone() {
         )
         .await
         .unwrap();
+        // `updateLookup` reads the document when the bridge reads the update event: wait for the
+        // update's record before the delete, or its post-image may already be gone (null).
+        assert_eq!(collect(&topic, 2, WAIT).await.len(), 2);
         coll.delete_one(doc! { "_id": id }).await.unwrap();
         // THEN every record has the document's key, on one partition, and the last is null
         let records = collect(&topic, expected, WAIT).await;
