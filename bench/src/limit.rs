@@ -199,21 +199,6 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
     let mut stream = open(&args.servers, &args.token, args.split_stage).await?;
     let mut bytes: u64 = 0;
     let (events, secs, failed) = match args.mode {
-        Mode::Read => {
-            let mut first = None;
-            let mut n = 0;
-            while n < args.count {
-                let Some(event) = stream.next().await else {
-                    break;
-                };
-                let event = event?;
-                first.get_or_insert_with(Instant::now);
-                bytes += event.as_bytes().len() as u64;
-                n += 1;
-            }
-            let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-            (n, secs, 0)
-        }
         Mode::Produce => {
             // The backlog's own events, loaded first (not timed), then produced `count` times.
             let mut events = Vec::new();
@@ -239,8 +224,12 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
             let (n, failed) = finish(&producer, args.count).await;
             (n, started.elapsed().as_secs_f64(), failed)
         }
-        Mode::Relay => {
-            let producer = producer(&args.servers.bootstrap, &args.compression)?;
+        Mode::Read | Mode::Relay => {
+            // Read: events dropped. Relay: each produced as the server's bytes.
+            let producer = match args.mode {
+                Mode::Relay => Some(producer(&args.servers.bootstrap, &args.compression)?),
+                _ => None,
+            };
             let mut first = None;
             let mut n = 0;
             while n < args.count {
@@ -250,19 +239,24 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
                 let event = event?;
                 first.get_or_insert_with(Instant::now);
                 bytes += event.as_bytes().len() as u64;
-                let key = event.get_document("documentKey")?;
-                let headers = args.headers.then(|| bridge_like_headers(&event));
-                send(
-                    &producer,
-                    &args.topic,
-                    key.as_bytes(),
-                    event.as_bytes(),
-                    headers,
-                )
-                .await?;
+                if let Some(producer) = &producer {
+                    let key = event.get_document("documentKey")?;
+                    let headers = args.headers.then(|| bridge_like_headers(&event));
+                    send(
+                        producer,
+                        &args.topic,
+                        key.as_bytes(),
+                        event.as_bytes(),
+                        headers,
+                    )
+                    .await?;
+                }
                 n += 1;
             }
-            let (n, failed) = finish(&producer, n).await;
+            let (n, failed) = match &producer {
+                Some(producer) => finish(producer, n).await,
+                None => (n, 0),
+            };
             (n, first.map_or(0.0, |t| t.elapsed().as_secs_f64()), failed)
         }
     };

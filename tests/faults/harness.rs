@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document, doc};
 use futures::TryStreamExt;
 use mongodb::{Client, Collection};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -158,25 +156,7 @@ impl Drop for Instance {
 
 /// Creates `topic` with `partitions` partitions on `bootstrap`.
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
-    let results = admin
-        .create_topics([&new], &opts)
-        .await
-        .expect("create_topics");
-    for r in results {
-        if let Err((name, code)) = r {
-            assert_eq!(
-                code,
-                rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
-                "creating {name}"
-            );
-        }
-    }
+    crate::support::create_topic_at(bootstrap, topic, partitions, &[]).await;
 }
 
 // ---------------------------------------------------------------------------------------------

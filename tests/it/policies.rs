@@ -16,12 +16,7 @@ use mongo_kafka_bridge::BridgeError;
 use mongo_kafka_bridge::error::ErrorClass;
 use mongo_kafka_bridge::metrics::{DELIVERY_ERRORS, ERRORS, Metrics, RESTARTS};
 use mongodb::Client;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::support::*;
 
@@ -116,80 +111,11 @@ fn with_props(text: &str, props: &[(&str, &str)]) -> String {
     out
 }
 
-/// Creates `topic` on `bootstrap` with topic-level `configs`.
-async fn create_topic_at(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        new = new.set(k, v);
-    }
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for result in admin.create_topics([&new], &options).await.unwrap() {
-        result.unwrap_or_else(|(t, code)| panic!("creating {t}: {code:?}"));
-    }
-}
-
-/// Reads every partition of `topic` on `bootstrap` from the beginning until at least `min`
-/// records arrived and then nothing more for 500 ms, or `timeout` passed; ordered by
-/// partition, then offset. (Callers first wait for the commit, so every record is written.)
+/// Records of `topic` on `bootstrap`: at least `min`, then until nothing more arrived for
+/// 500 ms (so unexpected extra records are seen), or `timeout`. (Callers first wait for the
+/// commit, so every record is written.)
 async fn collect_at(bootstrap: &str, topic: &str, min: usize, timeout: Duration) -> Vec<Received> {
-    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", unique("policies"))
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
-            .create()
-            .unwrap();
-        let deadline = Instant::now() + timeout;
-        let partitions = loop {
-            if let Ok(md) = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
-                let n = md.topics().first().map_or(0, |t| t.partitions().len());
-                if n > 0 {
-                    break n as i32;
-                }
-            }
-            if Instant::now() > deadline {
-                return Vec::new();
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition_offset(&topic, p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&tpl).unwrap();
-        let mut out = Vec::new();
-        let mut last = Instant::now();
-        let quiet = Duration::from_millis(500);
-        while Instant::now() < deadline && (out.len() < min || last.elapsed() < quiet) {
-            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
-                last = Instant::now();
-                let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
-                let headers = m.headers().map_or_else(Vec::new, |h| {
-                    h.iter()
-                        .map(|h| (h.key.to_owned(), text(h.value).unwrap_or_default()))
-                        .collect()
-                });
-                out.push(Received {
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: text(m.key()),
-                    value: text(m.payload()),
-                    headers,
-                });
-            }
-        }
-        out.sort_by_key(|r| (r.partition, r.offset));
-        out
-    })
-    .await
-    .unwrap()
+    collect_from(bootstrap, topic, min, Duration::from_millis(500), timeout).await
 }
 
 /// [`collect_at`] on the Kafka under test.

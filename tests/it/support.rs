@@ -47,17 +47,31 @@ pub async fn mongo() -> Client {
         .expect("valid MONGODB_URI")
 }
 
-/// Creates `topic` with `partitions` partitions (replication 1) and waits until it is usable.
+/// Creates `topic` with `partitions` partitions (replication 1) on the Kafka under test.
 pub async fn create_topic(topic: &str, partitions: i32) {
+    create_topic_at(&kafka_bootstrap(), topic, partitions, &[]).await;
+}
+
+/// Creates `topic` on `bootstrap` with `partitions` partitions (replication 1) and topic-level
+/// `configs`; a topic that already exists is fine.
+pub async fn create_topic_at(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .create()
         .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
     let results = admin
         .create_topics(
             [&new],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
         )
         .await
         .expect("create_topics request");
@@ -179,15 +193,33 @@ impl Received {
 /// Reads every partition of `topic` from the beginning (no consumer group) until `count`
 /// records arrived or `timeout` passed; returns them ordered by partition, then offset.
 pub async fn collect(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || collect_blocking(&topic, count, timeout))
+    collect_from(&kafka_bootstrap(), topic, count, Duration::ZERO, timeout).await
+}
+
+/// Like [`collect`] on `bootstrap`, and after `min` records keeps reading until nothing more
+/// arrived for `quiet` (so extra records show up too).
+pub async fn collect_from(
+    bootstrap: &str,
+    topic: &str,
+    min: usize,
+    quiet: Duration,
+    timeout: Duration,
+) -> Vec<Received> {
+    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || collect_blocking(&bootstrap, &topic, min, quiet, timeout))
         .await
         .expect("collector thread")
 }
 
-fn collect_blocking(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
+fn collect_blocking(
+    bootstrap: &str,
+    topic: &str,
+    min: usize,
+    quiet: Duration,
+    timeout: Duration,
+) -> Vec<Received> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("collector"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
@@ -214,8 +246,10 @@ fn collect_blocking(topic: &str, count: usize, timeout: Duration) -> Vec<Receive
     }
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
-    while out.len() < count && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+    let mut last = Instant::now();
+    while Instant::now() < deadline && (out.len() < min || last.elapsed() < quiet) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+            last = Instant::now();
             let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).expect("UTF-8"));
             let headers = m
                 .headers()
