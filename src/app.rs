@@ -45,17 +45,13 @@ pub async fn mongo_client_with(
     adjust: impl FnOnce(&mut ClientOptions),
 ) -> Result<Client, BridgeError> {
     let uri = &config.mongodb.uri;
-    let mut options = ClientOptions::parse(uri.expose()).await.map_err(|e| {
-        let text = e.to_string();
-        let text = match uri.password() {
-            Some(p) => crate::error::redact(&text, p),
-            None => text,
-        };
-        BridgeError::Config {
-            field: "mongodb.uri".into(),
-            reason: text,
-        }
-    })?;
+    let mut options =
+        ClientOptions::parse(uri.expose())
+            .await
+            .map_err(|e| BridgeError::Config {
+                field: "mongodb.uri".into(),
+                reason: config.redact(&e.to_string()),
+            })?;
     if options.app_name.is_none() {
         options.app_name = Some("mongo-kafka-bridge".to_owned());
     }
@@ -175,7 +171,8 @@ async fn supervise(
     first_error.map_or(Ok(()), Err)
 }
 
-fn hostname() -> String {
+/// This host's name (`$HOSTNAME`, else `/etc/hostname`), for owner strings in the offsets.
+pub(crate) fn hostname() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -184,12 +181,8 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
-/// Runs the bridge until `shutdown` resolves or a pipeline fails fatally.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), BridgeError> {
-    run_observed(config, shutdown, |_| ()).await
-}
-
-/// Like [`run`], calling `observe` once the bridge started (e.g. to show a live status).
+/// Runs the bridge until `shutdown` resolves or a pipeline fails fatally, calling `observe` once
+/// the bridge started (e.g. to show a live status).
 pub async fn run_observed(
     config: Config,
     shutdown: impl Future<Output = ()>,

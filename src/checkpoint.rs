@@ -45,7 +45,7 @@ pub struct Offsets {
 /// Attempts of the read-then-increment take-over before giving up.
 const TAKE_ATTEMPTS: usize = 10;
 /// `DuplicateKey`: an upsert lost a race with a concurrent insert.
-const DUPLICATE_KEY: i32 = 11000;
+pub(crate) const DUPLICATE_KEY: i32 = 11000;
 
 /// Access to the offsets collection for one pipeline.
 #[derive(Clone)]

@@ -291,6 +291,14 @@ impl Config {
         rules::validate(self)
     }
 
+    /// `text` with every secret of this configuration replaced by `***` (see
+    /// [`crate::error::redact`]), for messages from the driver or librdkafka.
+    pub fn redact(&self, text: &str) -> String {
+        self.secrets().iter().fold(text.to_owned(), |text, secret| {
+            crate::error::redact(&text, secret)
+        })
+    }
+
     /// Every secret in this configuration, for redaction of third-party messages.
     pub fn secrets(&self) -> Vec<String> {
         let uri = &self.mongodb.uri;

@@ -200,7 +200,7 @@ impl BridgeError {
 /// `at_open` (the `aggregate` that resumes from a token), 280 also means the token's own event
 /// is gone (case C01); later, 280 has other causes (e.g. a required image is missing).
 pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
-    match server_code(error) {
+    match mongo_code(error) {
         Some(CODE_HISTORY_LOST) => true,
         Some(CODE_CHANGE_STREAM_FATAL) => at_open,
         _ => false,
@@ -209,10 +209,6 @@ pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
 
 /// The server's error code, if the error came from a server reply.
 pub fn mongo_code(error: &MongoError) -> Option<i32> {
-    server_code(error)
-}
-
-fn server_code(error: &MongoError) -> Option<i32> {
     match error.kind.as_ref() {
         MongoErrorKind::Command(c) => Some(c.code),
         MongoErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(w)) => Some(w.code),
@@ -238,7 +234,7 @@ pub fn classify_mongo(error: &MongoError) -> ErrorClass {
     {
         return ErrorClass::Transient;
     }
-    match (error.kind.as_ref(), server_code(error)) {
+    match (error.kind.as_ref(), mongo_code(error)) {
         (
             MongoErrorKind::Authentication { .. }
             | MongoErrorKind::InvalidArgument { .. }
@@ -309,7 +305,7 @@ pub fn describe_mongo(error: &MongoError) -> String {
 /// the server's `AuthenticationFailed` 18).
 pub fn is_auth_failure(error: &MongoError) -> bool {
     matches!(error.kind.as_ref(), MongoErrorKind::Authentication { .. })
-        || server_code(error) == Some(18)
+        || mongo_code(error) == Some(18)
 }
 
 /// Replaces each occurrence of `secret` in `text` by `***`, except where the occurrence is part

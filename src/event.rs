@@ -106,6 +106,15 @@ pub fn format_timestamp(ts: Timestamp) -> String {
     format!("{}.{}", ts.time, ts.increment)
 }
 
+/// `secs` since the Unix epoch as RFC 3339 UTC to the second (`2025-11-29T08:00:00Z`), or the
+/// bare number when chrono cannot represent it. For human-facing output (CLI, `check`).
+pub fn rfc3339_seconds(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0).map_or_else(
+        || secs.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
 /// The `Timestamp` for a wall-clock instant (increment 0), used where no cluster time is known.
 pub fn timestamp_now() -> Timestamp {
     let secs = std::time::SystemTime::now()

@@ -52,15 +52,14 @@ pub async fn oplog_bounds(client: &Client) -> Result<OplogBounds, String> {
 
 async fn edge(client: &Client, direction: i32) -> Result<Timestamp, String> {
     let call = format!("find on local.oplog.rs sorted {{$natural: {direction}}}");
-    let found = client
-        .database("local")
-        .collection::<Document>("oplog.rs")
+    let oplog = client.database("local").collection::<Document>("oplog.rs");
+    let find = oplog
         .find_one(doc! {})
         .sort(doc! { "$natural": direction })
         .projection(doc! { "ts": 1, "_id": 0 })
-        .max_time(CALL_TIMEOUT)
-        .await;
-    let found = tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), async { found })
+        .max_time(CALL_TIMEOUT);
+    // `maxTimeMS` bounds the server's work; this bounds the wait for an unreachable server.
+    let found = tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), find.into_future())
         .await
         .map_err(|_| format!("{call} timed out"))?;
     match found {
@@ -70,20 +69,14 @@ async fn edge(client: &Client, direction: i32) -> Result<Timestamp, String> {
         Ok(None) => Err(format!(
             "{call} found no entry (no oplog here: a mongos, or a standalone server)"
         )),
-        Err(e) => Err(format!("{call} failed: {}", describe(&e))),
+        Err(e) => Err(format!(
+            "{call} failed: {}",
+            crate::error::describe_mongo(&e)
+        )),
     }
 }
 
 /// A short description of a driver error: the server's code name and code when there is one.
-fn describe(e: &mongodb::error::Error) -> String {
-    match e.kind.as_ref() {
-        mongodb::error::ErrorKind::Command(c) => {
-            format!("{} ({}): {}", c.code_name, c.code, c.message)
-        }
-        other => other.to_string(),
-    }
-}
-
 /// Samples the oplog bounds every `interval` (the first at once) into `metrics` until `cancel`
 /// fires. A zero `interval` returns at once: the history series stay absent.
 pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: CancellationToken) {

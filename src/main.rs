@@ -156,14 +156,16 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ BridgeError::Config { .. }) => {
-            eprintln!("error: {}", report(&e, &secrets));
-            ExitCode::from(2)
-        }
-        Err(e) => {
-            eprintln!("error: {}", report(&e, &secrets));
-            ExitCode::from(1)
-        }
+        Err(e) => failed(&e, &secrets),
+    }
+}
+
+/// Prints `e` (secrets redacted) and gives its exit code: 2 for a configuration error, else 1.
+fn failed(e: &BridgeError, secrets: &[&str]) -> ExitCode {
+    eprintln!("error: {}", report(e, secrets));
+    match e {
+        BridgeError::Config { .. } => ExitCode::from(2),
+        _ => ExitCode::from(1),
     }
 }
 
@@ -230,14 +232,7 @@ async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) 
     match offsets_cli::run(&config, &command, &mut out).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e @ BridgeError::Config { .. }) => {
-            eprintln!("error: {}", report(&e, secrets));
-            ExitCode::from(2)
-        }
-        Err(e) => {
-            eprintln!("error: {}", report(&e, secrets));
-            ExitCode::from(1)
-        }
+        Err(e) => failed(&e, secrets),
     }
 }
 

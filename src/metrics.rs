@@ -288,7 +288,7 @@ impl Metrics {
     }
 
     /// Committed position times (Unix seconds) by pipeline, as last reported by the checkpointer.
-    pub fn committed_positions(&self) -> Vec<(String, f64)> {
+    fn committed_positions(&self) -> Vec<(String, f64)> {
         let map = self.committed.lock().unwrap_or_else(|e| e.into_inner());
         map.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }

@@ -303,7 +303,11 @@ impl Admin<'_> {
         majority: WriteConcern,
     ) -> Result<bool, BridgeError> {
         let now = DateTime::now();
-        let owner = format!("offsets reset ({}:{})", host(), std::process::id());
+        let owner = format!(
+            "offsets reset ({}:{})",
+            crate::app::hostname(),
+            std::process::id()
+        );
         let set = doc! {
             "startAtOperationTime": at, "positionTime": at, "updatedAt": now,
             "leaseUntil": now, "owner": owner, "bridgeVersion": env!("CARGO_PKG_VERSION"),
@@ -321,7 +325,11 @@ impl Admin<'_> {
                 .await
             {
                 Ok(_) => Ok(true),
-                Err(e) if is_duplicate_key(&e) => Ok(false),
+                Err(e)
+                    if crate::error::mongo_code(&e) == Some(crate::checkpoint::DUPLICATE_KEY) =>
+                {
+                    Ok(false)
+                }
                 Err(e) => Err(failed(name, e)),
             };
         };
@@ -361,15 +369,6 @@ impl Admin<'_> {
                     .to_owned(),
             })
     }
-}
-
-fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
-    matches!(e.kind.as_ref(), mongodb::error::ErrorKind::Write(
-        mongodb::error::WriteFailure::WriteError(w)) if w.code == 11000)
-}
-
-fn host() -> String {
-    std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned())
 }
 
 #[cfg(test)]

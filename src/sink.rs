@@ -139,12 +139,6 @@ impl KafkaSink {
             })
     }
 
-    /// A clone of the underlying producer (cheap: reference-counted), for dead-letter records
-    /// produced from a delivery future.
-    pub fn producer(&self) -> SinkProducer {
-        self.producer.clone()
-    }
-
     /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
     /// does not answer within `timeout`.
     pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
@@ -164,25 +158,11 @@ impl KafkaSink {
         metadata.await.ok().flatten()
     }
 
-    /// The fatal error librdkafka reports, if the producer is in its fatal state (e.g. an
-    /// out-of-order sequence number after an outage); such a producer must be rebuilt.
-    pub fn fatal_error(&self) -> Option<String> {
-        self.producer
-            .client()
-            .fatal_error()
-            .map(|(code, text)| format!("{code:?}: {text}"))
-    }
-
     /// Drops this handle on the blocking pool: when it is the producer's last handle, librdkafka's
     /// destroy path (purge, a flush of up to 500 ms, joining its threads) must not stall a
     /// runtime thread that other pipelines and `/healthz` share. Call [`KafkaSink::flush`] first.
     pub fn close(self) {
         tokio::task::spawn_blocking(move || drop(self));
-    }
-
-    /// Records enqueued but not yet delivered (librdkafka's out-queue length).
-    pub fn queue_len(&self) -> i32 {
-        self.producer.in_flight_count()
     }
 
     /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the

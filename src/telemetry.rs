@@ -37,7 +37,6 @@ where
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
-    if result.is_err() {
-        // A subscriber is already installed (tests): keep it.
-    }
+    // An error means a subscriber is already installed (tests): keep it.
+    let _ = result;
 }

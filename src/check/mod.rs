@@ -67,14 +67,9 @@ pub(crate) struct Largest {
     pub copies: u64,
 }
 
-/// Runs every check with default options; the lines in order.
+/// Runs every check; the lines in order.
 ///
 /// Errors: only for a URI the driver rejects ([`BridgeError::Config`]).
-pub async fn run(config: &Config) -> Result<Vec<CheckLine>, BridgeError> {
-    run_with(config, &CheckOptions::default()).await
-}
-
-/// Runs every check; the lines in order. Errors as [`run`].
 pub async fn run_with(
     config: &Config,
     options: &CheckOptions,

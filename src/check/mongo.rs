@@ -210,7 +210,7 @@ fn window_line(bounds: &Result<OplogBounds, String>, min: Duration) -> CheckLine
             let text = format!(
                 "oplog window {} (oldest entry {})",
                 human(window),
-                rfc3339(b.oldest.time)
+                crate::event::rfc3339_seconds(b.oldest.time.into())
             );
             if min.is_zero() {
                 line(
@@ -242,13 +242,6 @@ fn window_line(bounds: &Result<OplogBounds, String>, min: Duration) -> CheckLine
             ),
         ),
     }
-}
-
-pub(super) fn rfc3339(secs: u32) -> String {
-    chrono::DateTime::from_timestamp(i64::from(secs), 0).map_or_else(
-        || secs.to_string(),
-        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    )
 }
 
 async fn check_stream(client: &Client, p: &PipelineConfig, secrets: &[&str]) -> CheckLine {

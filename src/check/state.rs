@@ -141,7 +141,7 @@ pub(super) async fn offsets_line(
             format!(
                 "held by {} until {}",
                 d.get_str("owner").unwrap_or("?"),
-                super::mongo::rfc3339((t.timestamp_millis() / 1000) as u32)
+                crate::event::rfc3339_seconds(t.timestamp_millis() / 1000)
             )
         }
         _ => "no live owner".to_owned(),
@@ -164,8 +164,8 @@ pub(super) async fn offsets_line(
              history is lost. Remedy: mongo-kafka-bridge offsets reset {} --to-now (the changes \
              in between are skipped)",
                 p.name,
-                super::mongo::rfc3339(at.time),
-                super::mongo::rfc3339(b.oldest.time),
+                crate::event::rfc3339_seconds(at.time.into()),
+                crate::event::rfc3339_seconds(b.oldest.time.into()),
                 p.name
             ),
         ),
@@ -174,7 +174,7 @@ pub(super) async fn offsets_line(
             format!(
                 "pipeline {}: committed {kind} at {} ({} ago); {lease}",
                 p.name,
-                super::mongo::rfc3339(at.time),
+                crate::event::rfc3339_seconds(at.time.into()),
                 human(age)
             ),
         ),

@@ -32,8 +32,6 @@ pub fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Op
 pub struct PipelineSnapshot {
     /// Change events read so far.
     pub events: f64,
-    /// Records delivered so far.
-    pub delivered: f64,
     /// Events enqueued and not yet delivered.
     pub in_flight: f64,
     /// Seconds between now and the last event read's clusterTime.
@@ -42,8 +40,6 @@ pub struct PipelineSnapshot {
     pub checkpoint_lag_s: Option<f64>,
     /// Committed clusterTime (Unix seconds).
     pub committed_at: Option<f64>,
-    /// History headroom (seconds), when known.
-    pub headroom_s: Option<f64>,
     /// The change stream is open.
     pub stream_open: bool,
 }
@@ -55,12 +51,10 @@ impl PipelineSnapshot {
         let get = |metric: &str| sum(families, metric, &p);
         Self {
             events: get(super::SOURCE_EVENTS).unwrap_or(0.0),
-            delivered: get(super::MESSAGES_DELIVERED).unwrap_or(0.0),
             in_flight: get(super::IN_FLIGHT_EVENTS).unwrap_or(0.0),
             source_lag_s: get(super::SOURCE_LAG),
             checkpoint_lag_s: get(super::CHECKPOINT_LAG),
             committed_at: get(super::CHECKPOINT_TIMESTAMP).filter(|t| *t > 0.0),
-            headroom_s: get(super::HISTORY_HEADROOM),
             stream_open: get(super::STREAM_OPEN).unwrap_or(0.0) > 0.0,
         }
     }

@@ -35,12 +35,7 @@ pub(super) fn position_of(d: &Document) -> Option<(&'static str, Timestamp)> {
     }
 }
 
-pub(super) fn rfc3339(secs: i64) -> String {
-    chrono::DateTime::from_timestamp(secs, 0).map_or_else(
-        || secs.to_string(),
-        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    )
-}
+pub(super) use crate::event::rfc3339_seconds as rfc3339;
 
 pub(super) fn age(secs: u32) -> String {
     let now = chrono::Utc::now().timestamp();
