@@ -6,29 +6,33 @@
 //! (the producer was dropped) resolves `Err`, which stops the window's advance (see `window.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdkafka::producer::DeliveryFuture;
 
 use crate::dead_letter;
 use crate::error::BridgeError;
 use crate::metrics::{PipelineMetrics, TopicMetrics};
-use crate::sink::{EnqueueError, KafkaSink};
+use crate::sink::KafkaSink;
+
+/// What the watches of one pipeline's events share: built once per relay, one `Arc` per event.
+pub struct WatchShared {
+    /// Pipeline name.
+    pub pipeline: Arc<str>,
+    /// The pipeline's metric handles.
+    pub metrics: PipelineMetrics,
+    /// Sink and topic of the dead-letter policy, when configured.
+    pub dead_letter: Option<(KafkaSink, Arc<str>)>,
+}
 
 /// What an event's entry in the window waits on: all its records' deliveries.
 pub struct DeliveryWatch {
-    /// Pipeline name.
-    pub pipeline: Arc<str>,
-    /// Topic of the event's records.
-    pub topic: Arc<str>,
-    /// The pipeline's metric handles.
-    pub metrics: Arc<PipelineMetrics>,
-    /// The pipeline's handles for `topic`.
+    /// The pipeline's shared part.
+    pub shared: Arc<WatchShared>,
+    /// The pipeline's handles for the topic of the event's records.
     pub topic_metrics: Arc<TopicMetrics>,
     /// The event's `wallTime` (ms) and `clusterTime`, for the end-to-end latency.
     pub event_time: (Option<i64>, Option<bson::Timestamp>),
-    /// Sink and topic of the dead-letter policy, when configured.
-    pub dead_letter: Option<(KafkaSink, Arc<str>)>,
     /// When the event's last record was enqueued: the start of `delivery_duration`.
     pub enqueued_at: Instant,
 }
@@ -46,7 +50,7 @@ impl DeliveryWatch {
             match delivery.await {
                 Ok(Ok(_)) => {}
                 Ok(Err((source, message))) => {
-                    if let Some((sink, dlq)) = &self.dead_letter
+                    if let Some((sink, dlq)) = &self.shared.dead_letter
                         && dead_letter::is_oversize(&source)
                     {
                         self.to_dead_letter(sink, dlq, &source, &message).await?;
@@ -60,8 +64,8 @@ impl DeliveryWatch {
                         use rdkafka::message::Message;
                         let key = message.key().unwrap_or_default();
                         return Err(BridgeError::Oversize {
-                            pipeline: self.pipeline.to_string(),
-                            topic: self.topic.to_string(),
+                            pipeline: self.shared.pipeline.to_string(),
+                            topic: self.topic_metrics.topic().to_string(),
                             key: String::from_utf8_lossy(key).into_owned(),
                             size: message.payload().map_or(0, <[u8]>::len) + key.len(),
                         });
@@ -71,7 +75,7 @@ impl DeliveryWatch {
                 Err(_) => {
                     self.topic_metrics.delivery_error("cancelled");
                     return Err(BridgeError::DeliveryCancelled {
-                        pipeline: self.pipeline.to_string(),
+                        pipeline: self.shared.pipeline.to_string(),
                     });
                 }
             }
@@ -80,15 +84,16 @@ impl DeliveryWatch {
             .delivery_duration
             .observe(self.enqueued_at.elapsed().as_secs_f64());
         self.topic_metrics.delivered(operation_type, count);
-        self.metrics
+        self.shared
+            .metrics
             .end_to_end(self.event_time.0, self.event_time.1);
         Ok(())
     }
 
     fn failed(&self, source: rdkafka::error::KafkaError) -> BridgeError {
         BridgeError::Delivery {
-            pipeline: self.pipeline.to_string(),
-            topic: self.topic.to_string(),
+            pipeline: self.shared.pipeline.to_string(),
+            topic: self.topic_metrics.topic().to_string(),
             source: Box::new(source),
         }
     }
@@ -114,22 +119,18 @@ impl DeliveryWatch {
         let size = message.payload().map_or(0, <[u8]>::len) + key.len();
         let stub = dead_letter::stub(dlq, message.topic(), key, &headers, size, source);
         self.topic_metrics.delivery_error("dead_lettered");
-        tracing::error!(pipeline = %self.pipeline, topic = message.topic(), size,
+        tracing::error!(pipeline = %self.shared.pipeline, topic = message.topic(), size,
             "record refused by the broker as too large: a stub went to the dead-letter topic");
-        loop {
-            match sink.enqueue(&stub) {
-                Ok(delivery) => match delivery.await {
-                    Ok(Ok(_)) => return Ok(()),
-                    Ok(Err((e, _))) => return Err(self.failed(e)),
-                    Err(_) => {
-                        return Err(BridgeError::DeliveryCancelled {
-                            pipeline: self.pipeline.to_string(),
-                        });
-                    }
-                },
-                Err(EnqueueError::QueueFull) => tokio::time::sleep(Duration::from_millis(5)).await,
-                Err(EnqueueError::Failed(e)) => return Err(self.failed(e)),
-            }
+        let delivery = sink
+            .enqueue_waiting(&stub, None)
+            .await
+            .map_err(|e| self.failed(e))?;
+        match delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((e, _))) => Err(self.failed(e)),
+            Err(_) => Err(BridgeError::DeliveryCancelled {
+                pipeline: self.shared.pipeline.to_string(),
+            }),
         }
     }
 }

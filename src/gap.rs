@@ -22,7 +22,7 @@ use bson::Timestamp;
 use crate::config::PipelineConfig;
 use crate::encode::Record;
 use crate::error::BridgeError;
-use crate::sink::{EnqueueError, KafkaSink};
+use crate::sink::KafkaSink;
 
 /// Bound of the metadata request and of the markers' delivery.
 const GAP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -104,15 +104,11 @@ pub async fn publish(
             ],
         };
         for partition in 0..*partitions {
-            loop {
-                match sink.enqueue_to(&record, Some(partition)) {
-                    Ok(d) => break deliveries.push((topic.clone(), d)),
-                    Err(EnqueueError::QueueFull) => {
-                        tokio::time::sleep(Duration::from_millis(10)).await
-                    }
-                    Err(EnqueueError::Failed(e)) => return Err(delivery_error(topic, e)),
-                }
-            }
+            let delivery = sink
+                .enqueue_waiting(&record, Some(partition))
+                .await
+                .map_err(|e| delivery_error(topic, e))?;
+            deliveries.push((topic.clone(), delivery));
         }
     }
     let count = deliveries.len();

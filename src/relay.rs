@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::dead_letter;
-use crate::delivery::DeliveryWatch;
+use crate::delivery::{DeliveryWatch, WatchShared};
 use crate::encode::{EncodedEvent, Encoder, Record};
 use crate::error::BridgeError;
 use crate::event::{Position, SourceItem, timestamp_now};
@@ -87,11 +87,10 @@ pub struct Relay {
     last_cluster_time: Option<Timestamp>,
     last_wall_time_ms: Option<i64>,
     event_count: u64,
-    dead_letter: Option<(KafkaSink, Arc<str>)>,
     last_topic: Option<(Arc<str>, Arc<TopicMetrics>)>,
-    /// The handles shared with every in-flight event's delivery watch (one `Arc` per event
-    /// instead of a deep clone of every metric family).
-    shared_metrics: Arc<PipelineMetrics>,
+    /// What every in-flight event's delivery watch shares, the dead-letter policy included
+    /// (one `Arc` per event instead of clones of the name, the metric handles and the sink).
+    watch: Arc<WatchShared>,
     lease: Option<Arc<std::sync::atomic::AtomicI64>>,
     last_position_time: Timestamp,
 }
@@ -107,7 +106,11 @@ impl Relay {
         health: Arc<PipelineHealth>,
         safe: watch::Sender<Option<Position>>,
     ) -> Self {
-        let shared_metrics = Arc::new(metrics.clone());
+        let watch = Arc::new(WatchShared {
+            pipeline: Arc::from(pipeline),
+            metrics: metrics.clone(),
+            dead_letter: None,
+        });
         Self {
             pipeline: Arc::from(pipeline),
             encoder,
@@ -120,9 +123,8 @@ impl Relay {
             last_cluster_time: None,
             last_wall_time_ms: None,
             event_count: 0,
-            dead_letter: None,
             last_topic: None,
-            shared_metrics,
+            watch,
             lease: None,
             last_position_time: Timestamp {
                 time: 0,
@@ -134,7 +136,11 @@ impl Relay {
     /// Sends records Kafka refuses as too large to `topic` as stubs (`on_oversize =
     /// "dead_letter"`) instead of failing the pipeline.
     pub fn with_dead_letter(mut self, topic: &str) -> Self {
-        self.dead_letter = Some((self.sink.clone(), Arc::from(topic)));
+        self.watch = Arc::new(WatchShared {
+            pipeline: Arc::clone(&self.pipeline),
+            metrics: self.metrics.clone(),
+            dead_letter: Some((self.sink.clone(), Arc::from(topic))),
+        });
         self
     }
 
@@ -273,6 +279,7 @@ impl Relay {
                 }
                 Err(EnqueueError::Failed(source)) => {
                     let dlq = self
+                        .watch
                         .dead_letter
                         .as_ref()
                         .filter(|_| dead_letter::is_oversize(&source));
@@ -313,7 +320,7 @@ impl Relay {
         match &self.last_topic {
             Some((name, handles)) if name == topic => Arc::clone(handles),
             _ => {
-                let handles = Arc::new(self.metrics.topic(topic));
+                let handles = self.metrics.topic(topic);
                 self.last_topic = Some((Arc::clone(topic), Arc::clone(&handles)));
                 handles
             }
@@ -344,11 +351,8 @@ impl Relay {
             event_count: self.event_count,
         };
         let watch = DeliveryWatch {
-            pipeline: Arc::clone(&self.pipeline),
+            shared: Arc::clone(&self.watch),
             topic_metrics: self.topic_metrics(&p.topic),
-            topic: p.topic,
-            metrics: Arc::clone(&self.shared_metrics),
-            dead_letter: self.dead_letter.clone(),
             event_time: (encoded.wall_time_ms, encoded.cluster_time),
             enqueued_at: Instant::now(),
         };

@@ -139,6 +139,24 @@ impl KafkaSink {
             })
     }
 
+    /// Like [`KafkaSink::enqueue_to`], waiting in 5 ms steps while librdkafka's queue is full
+    /// (for the few records produced outside the relay: gap markers, dead-letter stubs).
+    ///
+    /// Errors: any other enqueue error.
+    pub async fn enqueue_waiting(
+        &self,
+        record: &Record,
+        partition: Option<i32>,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        loop {
+            match self.enqueue_to(record, partition) {
+                Ok(delivery) => return Ok(delivery),
+                Err(EnqueueError::QueueFull) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(EnqueueError::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
     /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
     /// does not answer within `timeout`.
     pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {

@@ -13,7 +13,7 @@ use super::{Metrics, StatsContext};
 pub struct PipelineMetrics {
     pub(super) name: String,
     pub(super) family: Metrics,
-    pub(super) topics: Arc<Mutex<HashMap<Arc<str>, TopicMetrics>>>,
+    pub(super) topics: Arc<Mutex<HashMap<Arc<str>, Arc<TopicMetrics>>>>,
     /// Raw event bytes read.
     pub source_bytes: IntCounter,
     /// Watermarks taken.
@@ -77,6 +77,10 @@ pub struct TopicMetrics {
 }
 
 impl TopicMetrics {
+    /// The topic these handles count for.
+    pub fn topic(&self) -> &Arc<str> {
+        &self.topic
+    }
     /// Counts `records` delivered records of an event of `operation_type`.
     pub fn delivered(&self, operation_type: &str, records: u64) {
         let resolve = || {
@@ -102,10 +106,10 @@ impl TopicMetrics {
 
 impl PipelineMetrics {
     /// The pipeline's handles for `topic` (resolved on first use, then cached).
-    pub fn topic(&self, topic: &Arc<str>) -> TopicMetrics {
+    pub fn topic(&self, topic: &Arc<str>) -> Arc<TopicMetrics> {
         let mut map = self.topics.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry(Arc::clone(topic))
-            .or_insert_with(|| TopicMetrics {
+        let handles = map.entry(Arc::clone(topic)).or_insert_with(|| {
+            Arc::new(TopicMetrics {
                 pipeline: self.name.clone(),
                 topic: Arc::clone(topic),
                 family: self.family.clone(),
@@ -119,7 +123,8 @@ impl PipelineMetrics {
                     .with_label_values(&[self.name.as_str(), topic]),
                 delivered: OpCounters::default(),
             })
-            .clone()
+        });
+        Arc::clone(handles)
     }
     /// Counts one event read of `operation_type`.
     pub fn event_read(&self, operation_type: &str) {
