@@ -597,7 +597,7 @@ history_interval_ms = {self.args.history_interval_ms}
             return -1
         total = 0
         for line in body.splitlines():
-            if line.startswith("mongo_kafka_bridge_in_flight_messages"):
+            if line.startswith("mongo_kafka_bridge_in_flight_events"):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use bson::{Bson, Document, RawDocumentBuf, doc, oid::ObjectId};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use mongo_kafka_bridge::config::PipelineConfig;
-use mongo_kafka_bridge::encode::Encoder;
+use mongo_kafka_bridge::encode::RecordEncoder;
 use mongo_kafka_bridge::extjson::{self, JsonMode};
 
 /// A document of about `size` BSON bytes shaped like the load generator's (`bench/src/load.rs`).
@@ -93,12 +93,12 @@ fn transcode(raw: &RawDocumentBuf, mode: JsonMode, out: &mut Vec<u8>) -> usize {
     out.len()
 }
 
-fn encoder(json: &str) -> Encoder {
+fn encoder(json: &str) -> RecordEncoder {
     let pipeline: PipelineConfig = toml::from_str(&format!(
         "name = \"orders\"\ndatabase = \"shop\"\ncollection = \"orders\"\njson = \"{json}\"\n"
     ))
     .expect("pipeline config");
-    Encoder::new(&pipeline, "")
+    RecordEncoder::new(&pipeline, "")
 }
 
 fn bench_set(c: &mut Criterion, name: &str, events: &[RawDocumentBuf]) {

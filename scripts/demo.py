@@ -256,7 +256,9 @@ def offsets(args):
     ts = doc.get("clusterTime")
     when = "none"
     if ts is not None:
-        when = f"Timestamp({ts.time}, {ts.inc}) = {datetime.fromtimestamp(ts.time, timezone.utc)}"
+        # The same form as `mongo-kafka-bridge offsets show`: <seconds>.<increment> and RFC 3339.
+        at = datetime.fromtimestamp(ts.time, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = f"Timestamp({ts.time}.{ts.inc}) = {at}"
     print(f"offsets {args.pipeline}: clusterTime {when}, "
           f"eventsCommitted {doc.get('eventsCommitted')}, epoch {doc.get('epoch')}")
     if args.expect_events is not None and doc.get("eventsCommitted") != args.expect_events:

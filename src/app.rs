@@ -1,19 +1,23 @@
-//! The supervisor: builds the shared clients, serves HTTP, runs every pipeline concurrently and
-//! turns their outcomes into one result.
+//! The supervisor of the process: builds every client the configuration implies, serves HTTP,
+//! runs every pipeline concurrently and turns their outcomes into one result.
 //!
 //! Invariants:
-//! - A fatal error in one pipeline cancels the others, which drain, flush and commit their safe
-//!   positions before the process exits non-zero.
+//! - Every client is built before any pipeline is taken: the MongoDB client, the Kafka admin
+//!   client and one idempotent producer per pipeline. A refusal is a configuration error (exit 2)
+//!   and takes nothing.
+//! - A fatal error in one pipeline cancels the others, which drain, flush, commit their safe
+//!   positions and release their leases before the process exits non-zero.
+//! - A pipeline task that panics is an error ([`BridgeError::TaskPanicked`]), never a clean stop.
 //! - Shutdown (the `shutdown` future, or [`Bridge::shutdown`]) marks the process not ready first,
 //!   then cancels every pipeline; each drains within `shutdown_timeout_ms`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mongodb::Client;
-use mongodb::options::ClientOptions;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -21,6 +25,7 @@ use tracing::info;
 use crate::config::Config;
 use crate::error::BridgeError;
 use crate::health::Health;
+use crate::kafka::admin::KafkaAdmin;
 use crate::metrics::Metrics;
 use crate::pipeline::{self, PipelineContext};
 
@@ -33,65 +38,41 @@ pub struct Bridge {
     task: tokio::task::JoinHandle<Result<(), BridgeError>>,
 }
 
-/// Connects a MongoDB client for `config` (no I/O beyond SRV lookups; servers are contacted
-/// lazily). Errors: [`BridgeError::Config`] on `mongodb.uri` for a URI the driver rejects.
-pub async fn mongo_client(config: &Config) -> Result<Client, BridgeError> {
-    mongo_client_with(config, |_| ()).await
-}
-
-/// Like [`mongo_client`], letting `adjust` change the parsed options (e.g. shorter timeouts).
-pub async fn mongo_client_with(
-    config: &Config,
-    adjust: impl FnOnce(&mut ClientOptions),
-) -> Result<Client, BridgeError> {
-    let uri = &config.mongodb.uri;
-    let mut options =
-        ClientOptions::parse(uri.expose())
-            .await
-            .map_err(|e| BridgeError::Config {
-                field: "mongodb.uri".into(),
-                reason: config.redact(&e.to_string()),
-            })?;
-    if options.app_name.is_none() {
-        options.app_name = Some("mongo-kafka-bridge".to_owned());
+/// A configuration error about `[kafka]`, from a librdkafka refusal.
+fn kafka_refused(config: &Config, what: &str, e: &rdkafka::error::KafkaError) -> BridgeError {
+    BridgeError::Config {
+        field: "kafka.properties".into(),
+        reason: format!(
+            "librdkafka refuses the {what}: {}",
+            config.redact(&e.to_string())
+        ),
     }
-    adjust(&mut options);
-    Client::with_options(options).map_err(|e| BridgeError::Config {
-        field: "mongodb.uri".into(),
-        reason: e.kind.to_string(),
-    })
 }
 
 impl Bridge {
-    /// Starts the HTTP endpoint and every pipeline. Errors: [`BridgeError::Config`] for a URI the
-    /// driver rejects or a `metrics.listen` that cannot be bound.
+    /// Builds the clients, starts the HTTP endpoint and every pipeline.
+    ///
+    /// Errors: [`BridgeError::Config`] for a URI the driver rejects, Kafka properties
+    /// librdkafka refuses when it builds a client, or a `metrics.listen` that cannot be bound.
     pub async fn start(config: Config) -> Result<Self, BridgeError> {
         let config = Arc::new(config);
-        let client = mongo_client(&config).await?;
+        log_settings(&config);
+        let client = crate::mongo::client(&config).await?;
         let metrics = Metrics::new();
-        let health = Arc::new(Health::new(config.pipelines.iter().map(|p| p.name.clone())));
+        let admin = KafkaAdmin::new(&config.kafka)
+            .map_err(|e| kafka_refused(&config, "admin client configuration", &e))?;
+        let mut sinks = Vec::with_capacity(config.pipelines.len());
+        for p in &config.pipelines {
+            let sink = PipelineContext::new_sink(&config, &metrics.pipeline(&p.name));
+            sinks.push(sink.map_err(|e| match e {
+                BridgeError::Producer(e) => kafka_refused(&config, "producer configuration", &e),
+                other => other,
+            })?);
+        }
+        let names = config.pipelines.iter().map(|p| p.name.clone());
+        let health = Arc::new(Health::new(names, config.bridge.liveness_timeout_ms));
         let cancel = CancellationToken::new();
-        let listen = config
-            .metrics
-            .listen
-            .parse()
-            .map_err(|_| BridgeError::Config {
-                field: "metrics.listen".into(),
-                reason: "must be host:port".into(),
-            })?;
-        let max_age = config.bridge.ready_max_delivery_age_ms as i64;
-        let metrics_addr = crate::http::serve(
-            listen,
-            metrics.clone(),
-            Arc::clone(&health),
-            max_age,
-            cancel.clone(),
-        )
-        .await
-        .map_err(|e| BridgeError::Config {
-            field: "metrics.listen".into(),
-            reason: format!("cannot listen on {listen}: {e}"),
-        })?;
+        let metrics_addr = serve(&config, &metrics, &health, &cancel).await?;
         info!(%metrics_addr, pipelines = config.pipelines.len(), "bridge started");
         let owner = format!(
             "{}:{}:{}",
@@ -100,7 +81,8 @@ impl Bridge {
             uuid::Uuid::new_v4().simple()
         );
         let mut set = JoinSet::new();
-        for p in &config.pipelines {
+        let mut names = HashMap::new();
+        for (p, sink) in config.pipelines.iter().zip(sinks) {
             let ctx = PipelineContext {
                 config: Arc::clone(&config),
                 pipeline: p.clone(),
@@ -108,8 +90,11 @@ impl Bridge {
                 owner: owner.clone(),
                 metrics: metrics.pipeline(&p.name),
                 health: health.pipeline(&p.name),
+                admin: admin.clone(),
+                sink,
             };
-            set.spawn(pipeline::run(ctx, cancel.child_token()));
+            let handle = set.spawn(pipeline::run(ctx, cancel.child_token()));
+            names.insert(handle.id(), p.name.clone());
         }
         tokio::spawn(crate::history::run(
             client.clone(),
@@ -117,7 +102,13 @@ impl Bridge {
             Duration::from_millis(config.metrics.history_interval_ms),
             cancel.child_token(),
         ));
-        let task = tokio::spawn(supervise(set, cancel.clone(), client));
+        let task = tokio::spawn(supervise(
+            set,
+            names,
+            metrics.clone(),
+            cancel.clone(),
+            client,
+        ));
         Ok(Self {
             metrics_addr,
             cancel,
@@ -150,21 +141,104 @@ impl Bridge {
 
     /// Waits for every pipeline to stop; the first fatal error, if any.
     pub async fn wait(self) -> Result<(), BridgeError> {
-        self.task.await.unwrap_or(Ok(()))
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(pipeline::panicked("*", "bridge", e)),
+        }
     }
 }
 
+/// Starts `/metrics`, `/healthz`, `/readyz` on `[metrics] listen`.
+async fn serve(
+    config: &Config,
+    metrics: &Metrics,
+    health: &Arc<Health>,
+    cancel: &CancellationToken,
+) -> Result<SocketAddr, BridgeError> {
+    let listen = config
+        .metrics
+        .listen
+        .parse()
+        .map_err(|_| BridgeError::Config {
+            field: "metrics.listen".into(),
+            reason: "must be host:port".into(),
+        })?;
+    let max_age = config.bridge.ready_max_delivery_age_ms as i64;
+    crate::http::serve(
+        listen,
+        metrics.clone(),
+        Arc::clone(health),
+        max_age,
+        cancel.clone(),
+    )
+    .await
+    .map_err(|e| BridgeError::Config {
+        field: "metrics.listen".into(),
+        reason: format!("cannot listen on {listen}: {e}"),
+    })
+}
+
+/// The settings that matter, as structured fields (secrets redacted), once at start.
+fn log_settings(config: &Config) {
+    let m = &config.mongodb;
+    let bounds = config.in_flight_bounds();
+    let b = &config.bridge;
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        git_sha = crate::metrics::GIT_SHA,
+        mongodb_uri = %m.uri.redacted(),
+        offsets = %format!("{}.{}", m.offsets_database, m.offsets_collection),
+        kafka_bootstrap_servers = %config.kafka.bootstrap_servers,
+        topic_prefix = %config.kafka.topic_prefix,
+        topic_creation = config.kafka.topic_creation.enabled,
+        max_in_flight_events = bounds.events,
+        max_in_flight_bytes = bounds.bytes,
+        commit_interval_ms = b.commit_interval_ms,
+        shutdown_timeout_ms = b.shutdown_timeout_ms,
+        "starting"
+    );
+    for p in &config.pipelines {
+        info!(
+            pipeline = %p.name,
+            scope = %p.scope(),
+            topic = %p.topic.clone().unwrap_or_else(|| crate::kafka::topics::fallback(p, &config.kafka.topic_prefix)),
+            full_document = ?p.full_document,
+            value = ?p.value,
+            json = ?p.json,
+            tombstones = p.tombstones,
+            on_history_lost = ?p.on_history_lost,
+            on_oversize = ?p.on_oversize,
+            "pipeline configured"
+        );
+    }
+}
+
+/// Waits for every pipeline task; the first error (a panicked task counts as one) cancels the
+/// others. `names` maps task ids to pipeline names.
 async fn supervise(
     mut set: JoinSet<Result<(), BridgeError>>,
+    names: HashMap<tokio::task::Id, String>,
+    metrics: Metrics,
     cancel: CancellationToken,
     client: Client,
 ) -> Result<(), BridgeError> {
     let mut first_error = None;
-    while let Some(joined) = set.join_next().await {
-        if let Ok(Err(error)) = joined {
-            cancel.cancel();
-            first_error.get_or_insert(error);
-        }
+    while let Some(joined) = set.join_next_with_id().await {
+        let error = match joined {
+            Ok((_, Ok(()))) => continue,
+            Ok((_, Err(error))) => error,
+            Err(e) => {
+                let name = names.get(&e.id()).map_or("*", String::as_str);
+                let error = pipeline::panicked(name, "pipeline", e);
+                tracing::error!(pipeline = name, error = %error, "pipeline task panicked");
+                metrics
+                    .pipeline(name)
+                    .error(error.kind(), error.class().label());
+                error
+            }
+        };
+        cancel.cancel();
+        first_error.get_or_insert(error);
     }
     cancel.cancel();
     client.shutdown().immediate(true).await;
@@ -206,4 +280,43 @@ pub async fn run_observed(
         Err(_) => info!("bridge stopped after a fatal error"),
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicked_pipeline_task_is_an_error_naming_it() {
+        // GIVEN two pipeline tasks, one of which panics
+        let mut set = JoinSet::new();
+        let mut names = HashMap::new();
+        let cancel = CancellationToken::new();
+        let panicking = set.spawn(async { panic!("bug") });
+        names.insert(panicking.id(), "orders".to_owned());
+        let waiting = cancel.clone();
+        let clean = set.spawn(async move {
+            waiting.cancelled().await;
+            Ok(())
+        });
+        names.insert(clean.id(), "users".to_owned());
+        let client = Client::with_uri_str("mongodb://127.0.0.1:1/?directConnection=true")
+            .await
+            .expect("client");
+        let metrics = Metrics::new();
+        // WHEN the supervisor joins them
+        let result = supervise(set, names, metrics.clone(), cancel.clone(), client).await;
+        // THEN the panic is the process's error, the other pipeline was cancelled, and it counts
+        assert!(
+            matches!(&result, Err(BridgeError::TaskPanicked { pipeline, task: "pipeline", message })
+                if pipeline == "orders" && message == "bug"),
+            "{result:?}"
+        );
+        assert!(cancel.is_cancelled());
+        assert!(
+            metrics
+                .render()
+                .contains(r#"mongo_kafka_bridge_errors_total{class="persistent",pipeline="orders",stage="panic"} 1"#)
+        );
+    }
 }

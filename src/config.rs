@@ -27,7 +27,7 @@ mod values;
 
 pub use values::{
     FullDocument, FullDocumentBeforeChange, OnHistoryLost, OnOversize, PropertyValue, SecretUri,
-    StartAt, ValueMode,
+    StartAt, TopicCreation, ValueMode,
 };
 
 /// Prefix of environment overrides; `__` separates path segments.
@@ -78,6 +78,9 @@ pub struct KafkaConfig {
     /// Any librdkafka producer property; the ones that would break the guarantees are rejected.
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
+    /// Topics the bridge creates itself before its first record to them (off by default).
+    #[serde(default)]
+    pub topic_creation: TopicCreation,
 }
 
 impl fmt::Debug for KafkaConfig {
@@ -98,6 +101,7 @@ impl fmt::Debug for KafkaConfig {
             .field("bootstrap_servers", &self.bootstrap_servers)
             .field("topic_prefix", &self.topic_prefix)
             .field("properties", &properties)
+            .field("topic_creation", &self.topic_creation)
             .finish()
     }
 }
@@ -163,11 +167,36 @@ pub struct BridgeConfig {
     pub max_restart_backoff_ms: u64,
     /// `/readyz` fails when the oldest undelivered record is older than this (ms). Default 60000.
     pub ready_max_delivery_age_ms: u64,
+    /// `/healthz` fails when a running pipeline's loop (its relay, or its standby watch) has not
+    /// ticked for this long (ms). Default 120000.
+    pub liveness_timeout_ms: u64,
+    /// Consecutive failed runs, for errors that need an operator although they can be momentary
+    /// (a topic being created, a replica-set name mismatch), before the pipeline stops with the
+    /// fix named. Outages (network, server selection, timeouts, brokers down) retry forever.
+    /// Default 10.
+    pub persistent_error_attempts: u32,
     /// Threads of the async runtime that runs the pipelines (reading, encoding, enqueueing);
     /// librdkafka runs its own threads besides. 0 (default) = one per pipeline, at most one
     /// per CPU. More threads than pipelines buy nothing: each pipeline's work is sequential,
     /// and work handed between threads costs wake-ups (see BENCHMARKS.md).
     pub worker_threads: usize,
+}
+
+/// librdkafka's default `queue.buffering.max.messages`.
+const RDKAFKA_QUEUE_MESSAGES: usize = 100_000;
+/// librdkafka's default `queue.buffering.max.kbytes`.
+const RDKAFKA_QUEUE_KBYTES: usize = 1_048_576;
+
+/// The in-flight bounds a pipeline keeps: `[bridge]`'s, lowered to fit the producer queue the
+/// user configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlightBounds {
+    /// Events enqueued and not delivered: min(`max_in_flight_events`,
+    /// ⌊`queue.buffering.max.messages` / 2⌋), as a delete with its tombstone is two records.
+    pub events: usize,
+    /// Record bytes enqueued and not delivered: min(`max_in_flight_bytes`,
+    /// `queue.buffering.max.kbytes` × 1024).
+    pub bytes: usize,
 }
 
 impl BridgeConfig {
@@ -203,6 +232,8 @@ impl Default for BridgeConfig {
             max_await_time_ms: 1000,
             max_restart_backoff_ms: 30_000,
             ready_max_delivery_age_ms: 60_000,
+            liveness_timeout_ms: 120_000,
+            persistent_error_attempts: 10,
             worker_threads: 0,
         }
     }
@@ -297,6 +328,28 @@ impl Config {
         self.secrets().iter().fold(text.to_owned(), |text, secret| {
             crate::error::redact(&text, secret)
         })
+    }
+
+    /// The in-flight bounds of every pipeline (see [`InFlightBounds`]); valid after
+    /// [`Config::validate`], which checks that the queue properties are integers.
+    pub fn in_flight_bounds(&self) -> InFlightBounds {
+        let queue = |key: &str, default: usize| {
+            self.kafka
+                .properties
+                .get(key)
+                .and_then(|v| v.to_string().parse::<usize>().ok())
+                .unwrap_or(default)
+        };
+        let messages = queue("queue.buffering.max.messages", RDKAFKA_QUEUE_MESSAGES);
+        let kbytes = queue("queue.buffering.max.kbytes", RDKAFKA_QUEUE_KBYTES);
+        let b = &self.bridge;
+        InFlightBounds {
+            events: b.max_in_flight_events.min(messages / 2).max(1),
+            bytes: b
+                .max_in_flight_bytes
+                .min(kbytes.saturating_mul(1024))
+                .max(1),
+        }
     }
 
     /// Every secret in this configuration, for redaction of third-party messages.

@@ -22,9 +22,10 @@ use bson::{RawBsonRef, RawDocument};
 use crate::config::{PipelineConfig, ValueMode};
 use crate::event::ChangeEventView;
 use crate::extjson::{self, JsonMode};
+use crate::kafka::topics;
 
 /// Every header name the bridge writes.
-pub const HEADER_NAMES: [&str; 10] = [
+pub const HEADER_NAMES: [&str; 9] = [
     "mongo.operation_type",
     "mongo.namespace",
     "mongo.resume_token",
@@ -34,7 +35,6 @@ pub const HEADER_NAMES: [&str; 10] = [
     "mongo.lsid",
     "mongo.pipeline",
     "mongo.error",
-    "mongo.split_event",
 ];
 
 /// `operationType` values MongoDB documents for change events
@@ -134,7 +134,7 @@ pub enum EncodeError {
 
 /// Encodes the events of one pipeline.
 #[derive(Debug)]
-pub struct Encoder {
+pub struct RecordEncoder {
     pipeline: String,
     topic: Option<Arc<str>>,
     topic_prefix: String,
@@ -145,14 +145,10 @@ pub struct Encoder {
     last_ns: (String, String, Option<Arc<str>>),
 }
 
-impl Encoder {
+impl RecordEncoder {
     /// Builds the encoder of `pipeline` with the `[kafka] topic_prefix`.
     pub fn new(pipeline: &PipelineConfig, topic_prefix: &str) -> Self {
-        let fallback = match (&pipeline.database, &pipeline.collection) {
-            (Some(db), Some(coll)) => format!("{topic_prefix}{db}.{coll}"),
-            (Some(db), None) => format!("{topic_prefix}{db}"),
-            _ => format!("{topic_prefix}{}", pipeline.name),
-        };
+        let fallback = topics::fallback(pipeline, topic_prefix);
         Self {
             pipeline: pipeline.name.clone(),
             topic: pipeline.topic.as_deref().map(Arc::from),
@@ -246,11 +242,11 @@ impl Encoder {
         {
             return Arc::clone(topic);
         }
-        let topic: Arc<str> = if coll.is_empty() {
-            Arc::from(format!("{}{db}", self.topic_prefix))
-        } else {
-            Arc::from(format!("{}{db}.{coll}", self.topic_prefix))
-        };
+        let topic: Arc<str> = Arc::from(topics::for_namespace(
+            &self.topic_prefix,
+            db,
+            Some(coll).filter(|c| !c.is_empty()),
+        ));
         self.last_ns = (db.to_owned(), coll.to_owned(), Some(Arc::clone(&topic)));
         topic
     }

@@ -1,4 +1,4 @@
-//! Golden tests of [`Encoder::encode`]: raw change events built as MongoDB sends them
+//! Golden tests of [`RecordEncoder::encode`]: raw change events built as MongoDB sends them
 //! (<https://www.mongodb.com/docs/manual/reference/change-events/>, field order included), and
 //! the exact records they must give in every `json` × `value` mode.
 
@@ -28,7 +28,7 @@ const WALL_TIME_MS: i64 = 1_704_164_645_123;
 /// The configuration every test starts from: topic prefix `cdc.`, pipeline `orders-feed` on
 /// `shop.orders` with `full_document = "update_lookup"` (which `value = "document"` requires;
 /// the encoder does not read it), plus `pipeline_extra` lines for that pipeline.
-fn encoder(pipeline_extra: &str) -> Encoder {
+fn encoder(pipeline_extra: &str) -> RecordEncoder {
     encoder_for(
         "topic_prefix = \"cdc.\"",
         &format!(
@@ -39,14 +39,14 @@ fn encoder(pipeline_extra: &str) -> Encoder {
 }
 
 /// An encoder for a pipeline whose `[kafka]` extra lines and `[[pipelines]]` body are given.
-fn encoder_for(kafka_extra: &str, pipeline: &str) -> Encoder {
+fn encoder_for(kafka_extra: &str, pipeline: &str) -> RecordEncoder {
     let text = format!(
         "[mongodb]\nuri = \"mongodb://127.0.0.1:27017/\"\n\n\
          [kafka]\nbootstrap_servers = \"127.0.0.1:9092\"\n{kafka_extra}\n\n\
          [[pipelines]]\n{pipeline}\n"
     );
     let config = Config::from_toml(&text, std::iter::empty()).expect("valid config");
-    Encoder::new(&config.pipelines[0], &config.kafka.topic_prefix)
+    RecordEncoder::new(&config.pipelines[0], &config.kafka.topic_prefix)
 }
 
 /// A record with UTF-8 text instead of bytes, so failures read well.
@@ -672,7 +672,7 @@ fn insert_into(db: &str, coll: &str) -> RawDocumentBuf {
     )
 }
 
-fn topic_of(encoder: &mut Encoder, raw: &RawDocument) -> String {
+fn topic_of(encoder: &mut RecordEncoder, raw: &RawDocument) -> String {
     let records = encoder.encode(raw).expect("encodes").records;
     records[0].topic.to_string()
 }
@@ -1090,7 +1090,7 @@ fn a_document_event_without_document_key_is_an_error_not_a_shared_key() {
         std::iter::empty(),
     )
     .expect("valid");
-    let mut encoder = Encoder::new(&config.pipelines[0], "");
+    let mut encoder = RecordEncoder::new(&config.pipelines[0], "");
     let raw = bson::rawdoc! { "_id": { "_data": "82" }, "operationType": "insert",
     "ns": { "db": "shop", "coll": "orders" } };
     // WHEN it is encoded THEN it is refused, naming the operation

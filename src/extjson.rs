@@ -178,13 +178,13 @@ fn guarded(
     out: &mut Vec<u8>,
     mode: JsonMode,
     input_len: usize,
-    f: impl FnOnce(&mut Encoder<'_>) -> Res,
+    f: impl FnOnce(&mut JsonWriter<'_>) -> Res,
 ) -> Res {
     let start = out.len();
     // JSON is usually somewhat longer than the BSON it comes from (quotes, wrappers, digits);
     // one reservation up front avoids most regrowth on the hot path.
     out.reserve(input_len + input_len / 2 + 16);
-    let mut enc = Encoder { out, mode };
+    let mut enc = JsonWriter { out, mode };
     let result = f(&mut enc);
     if result.is_err() {
         out.truncate(start);
@@ -257,12 +257,12 @@ fn cstring(doc: &[u8], start: usize, end: usize, base: usize) -> Res<&[u8]> {
 }
 
 /// Appends JSON to `out`. All writes are infallible; only BSON parsing fails.
-struct Encoder<'o> {
+struct JsonWriter<'o> {
     out: &'o mut Vec<u8>,
     mode: JsonMode,
 }
 
-impl Encoder<'_> {
+impl JsonWriter<'_> {
     #[inline]
     fn raw(&mut self, s: &[u8]) {
         self.out.extend_from_slice(s);

@@ -1,4 +1,5 @@
-//! History-loss policy `skip`: gap markers that tell every consumer that changes were skipped.
+//! History-loss policy `skip`: gap markers that tell every consumer that changes were skipped,
+//! then the move of the position to the current cluster time.
 //!
 //! When a pipeline's committed resume token is no longer in the oplog and its policy is
 //! `on_history_lost = "skip"`, the bridge restarts at the current cluster time. Before it moves
@@ -10,22 +11,71 @@
 //! `mongo.operation_type=gap`.
 //!
 //! Invariants: the markers are delivered before the offsets move, so a crash in between repeats
-//! the markers instead of losing them; the topics are: the pipeline's `topic`, or its collection's
-//! topic, or for a database / deployment scope every existing topic named
-//! `<topic_prefix><db>.<coll>` / `<topic_prefix>*.*` (internal `__*` topics excluded).
+//! the markers instead of losing them; they go through the pipeline's own producer, like
+//! everything the pipeline writes; the topics are the ones [`topics::written_by`] the pipeline
+//! among those the cluster lists (internal topics excluded).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bson::Timestamp;
+use tracing::error;
 
 use crate::config::PipelineConfig;
 use crate::encode::Record;
 use crate::error::BridgeError;
-use crate::sink::KafkaSink;
+use crate::event::format_timestamp;
+use crate::kafka::delivery::Delivery;
+use crate::kafka::sink::KafkaSink;
+use crate::kafka::topics;
+use crate::metrics::PipelineMetrics;
+use crate::offsets::OffsetsStore;
 
-/// Bound of the metadata request and of the markers' delivery.
+/// Bound of the metadata request.
 const GAP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a skip needs of its pipeline.
+pub struct Skip<'a> {
+    /// The pipeline's settings.
+    pub pipeline: &'a PipelineConfig,
+    /// `[kafka] topic_prefix`.
+    pub prefix: &'a str,
+    /// The pipeline's producer.
+    pub sink: &'a KafkaSink,
+    /// The pipeline's metric handles.
+    pub metrics: &'a PipelineMetrics,
+    /// The pipeline's offsets.
+    pub store: &'a OffsetsStore,
+    /// Our epoch.
+    pub epoch: i64,
+}
+
+impl Skip<'_> {
+    /// Publishes the gap markers from the committed position to `to` (the current cluster
+    /// time), then moves the offsets there. `lost` is the history-loss error, for the reason.
+    ///
+    /// Errors: a marker's delivery error, a metadata timeout, the offsets write's error.
+    pub async fn run(&self, to: Timestamp, lost: &BridgeError) -> Result<(), BridgeError> {
+        let p = self.pipeline;
+        // History can be lost mid-run (a `getMore`), after this run committed more: skip from
+        // the position committed last, re-read from the offsets document.
+        let committed = self.store.load(self.epoch).await?;
+        let from = committed.cluster_time.or(committed.position_time);
+        let reason = format!("resume token no longer in the oplog ({lost})");
+        let markers = publish(self.sink, p, self.prefix, self.metrics, from, to, &reason).await?;
+        self.store.move_to(self.epoch, to).await?;
+        self.metrics.restart("history_lost_skip");
+        error!(
+            pipeline = %p.name,
+            from = %from.map_or_else(|| "unknown".to_owned(), format_timestamp),
+            to = %format_timestamp(to),
+            markers,
+            "history lost: SKIPPED the changes between these cluster times (on_history_lost = \
+             skip); published gap markers and restarted at the current time"
+        );
+        Ok(())
+    }
+}
 
 /// The marker's value for `pipeline`, skipping from `from` to `to` because of `reason`.
 pub fn marker_value(
@@ -45,32 +95,13 @@ pub fn marker_value(
     )
 }
 
-/// Whether `topic` is one the pipeline writes, given the cluster's topic list.
-pub fn writes_to(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
-    if let Some(fixed) = &p.topic {
-        return topic == fixed;
-    }
-    let Some(rest) = topic.strip_prefix(prefix) else {
-        return false;
-    };
-    if rest.starts_with("__") {
-        return false;
-    }
-    match (&p.database, &p.collection) {
-        (Some(db), Some(coll)) => rest == format!("{db}.{coll}"),
-        (Some(db), None) => rest
-            .strip_prefix(db.as_str())
-            .is_some_and(|r| r.is_empty() || r.starts_with('.')),
-        _ => rest.contains('.'),
-    }
-}
-
 /// Publishes the gap marker to every partition of every topic `p` writes; returns how many
 /// markers were delivered. Errors: the first delivery error, or a metadata timeout.
-pub async fn publish(
+async fn publish(
     sink: &KafkaSink,
     p: &PipelineConfig,
     prefix: &str,
+    metrics: &PipelineMetrics,
     from: Option<Timestamp>,
     to: Timestamp,
     reason: &str,
@@ -80,7 +111,7 @@ pub async fn publish(
         topic: topic.to_owned(),
         source: Box::new(source),
     };
-    let topics = sink.topics(GAP_TIMEOUT).await.ok_or_else(|| {
+    let listed = sink.topics(GAP_TIMEOUT).await.ok_or_else(|| {
         delivery_error(
             "*",
             rdkafka::error::KafkaError::MetadataFetch(
@@ -93,9 +124,14 @@ pub async fn publish(
         .into_bytes();
     let value = marker_value(&p.name, from, to, reason).into_bytes();
     let mut deliveries = Vec::new();
-    for (topic, partitions) in topics.iter().filter(|(t, _)| writes_to(p, prefix, t)) {
+    let written = listed
+        .iter()
+        .filter(|(t, _)| topics::written_by(p, prefix, t));
+    for (topic, partitions) in written {
+        let topic: Arc<str> = Arc::from(topic.as_str());
+        let counter = &metrics.topic(&topic).enqueued;
         let record = Record {
-            topic: Arc::from(topic.as_str()),
+            topic: Arc::clone(&topic),
             key: key.clone(),
             value: Some(value.clone()),
             headers: vec![
@@ -107,21 +143,14 @@ pub async fn publish(
             let delivery = sink
                 .enqueue_waiting(&record, Some(partition))
                 .await
-                .map_err(|e| delivery_error(topic, e))?;
-            deliveries.push((topic.clone(), delivery));
+                .map_err(|e| delivery_error(&topic, e))?;
+            counter.inc();
+            deliveries.push(Delivery::Enqueued(delivery));
         }
     }
     let count = deliveries.len();
-    for (topic, delivery) in deliveries {
-        match delivery.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => return Err(delivery_error(&topic, e)),
-            Err(_) => {
-                return Err(BridgeError::DeliveryCancelled {
-                    pipeline: p.name.clone(),
-                });
-            }
-        }
+    for delivery in deliveries {
+        delivery.delivered(&p.name).await?;
     }
     Ok(count)
 }
@@ -129,17 +158,6 @@ pub async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pipeline(text: &str) -> PipelineConfig {
-        let toml = format!(
-            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
-             [[pipelines]]\nname = \"p\"\n{text}"
-        );
-        crate::Config::from_toml(&toml, std::iter::empty())
-            .expect("valid")
-            .pipelines
-            .remove(0)
-    }
 
     #[test]
     fn marker_value_is_the_documented_json() {
@@ -156,22 +174,5 @@ mod tests {
             r#"{"operationType":"gap","pipeline":"orders","from":{"$timestamp":{"t":1700000000,"i":7}},"to":{"$timestamp":{"t":1700000100,"i":2}},"reason":"history lost"}"#
         );
         assert!(marker_value("o\"x", None, to, "r").contains(r#""pipeline":"o\"x","from":null"#));
-    }
-
-    #[test]
-    fn topics_of_each_scope() {
-        let coll = pipeline("database = \"shop\"\ncollection = \"orders\"\n");
-        assert!(writes_to(&coll, "cdc.", "cdc.shop.orders"));
-        assert!(!writes_to(&coll, "cdc.", "cdc.shop.orders2"));
-        let db = pipeline("database = \"shop\"\n");
-        assert!(writes_to(&db, "", "shop.orders"));
-        assert!(writes_to(&db, "", "shop"));
-        assert!(!writes_to(&db, "", "shopping.orders"));
-        let all = pipeline("");
-        assert!(writes_to(&all, "", "any.thing"));
-        assert!(!writes_to(&all, "", "__consumer_offsets"));
-        let fixed = pipeline("database = \"shop\"\ntopic = \"orders-cdc\"\n");
-        assert!(writes_to(&fixed, "", "orders-cdc"));
-        assert!(!writes_to(&fixed, "", "shop.orders"));
     }
 }

@@ -1,15 +1,18 @@
 //! Liveness and readiness state shared between the pipelines and the HTTP endpoint.
 //!
-//! Invariants: pipelines only store atomics here (no locks on the hot path); the HTTP handlers
-//! only read them. Ready means: not draining, and for every pipeline the change stream is open
-//! and the oldest undelivered record is younger than `ready_max_delivery_age_ms`. Healthy means
-//! every running pipeline's loop ticked within [`WEDGED_AFTER_MS`].
+//! Invariants:
+//! - Pipelines only store atomics here on the hot path (the standby's owner note, written once a
+//!   second by a standby, is the one short lock); the HTTP handlers only read.
+//! - Ready means: not draining, and for every pipeline either it stands by (another instance
+//!   owns it: a standby is ready, or it would stall a rolling update), or its change stream is
+//!   open, the server answers, and the oldest undelivered record is younger than
+//!   `ready_max_delivery_age_ms`.
+//! - Healthy means every running pipeline's loop (its relay, or its standby watch) ticked within
+//!   `[bridge] liveness_timeout_ms`. A loop that ended resets its heartbeat to 0, so a pipeline
+//!   between runs or standing by is never taken for a wedged one.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-
-/// A pipeline loop that has not ticked for this long is reported wedged by `/healthz` (ms).
-pub const WEDGED_AFTER_MS: i64 = 120_000;
+use std::sync::{Arc, Mutex};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -23,7 +26,7 @@ pub struct PipelineHealth {
     pub stream_open: AtomicBool,
     /// Unix ms when the oldest in-flight record was enqueued; 0 when none is in flight.
     pub oldest_in_flight_ms: AtomicI64,
-    /// Unix ms of the relay loop's last tick; 0 when the pipeline is not running.
+    /// Unix ms of the pipeline loop's last tick; 0 when no loop runs.
     pub heartbeat_ms: AtomicI64,
     /// The pipeline stopped for good (fatal error or shutdown).
     pub stopped: AtomicBool,
@@ -33,23 +36,67 @@ pub struct PipelineHealth {
     /// An answer that takes longer than this (ms) makes the pipeline not ready: the server is
     /// unreachable while the driver retries (its server selection waits up to 30 s).
     pub server_answer_bound_ms: AtomicI64,
+    /// While this instance stands by: the owner and the end of its lease (Unix ms).
+    standby: Mutex<Option<(String, i64)>>,
+}
+
+impl PipelineHealth {
+    /// Records that this instance stands by while `owner` holds the lease until `until_ms`.
+    pub fn set_standby(&self, owner: &str, until_ms: i64) {
+        *self.standby.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((owner.to_owned(), until_ms));
+    }
+
+    /// Records that this instance no longer stands by (it owns the pipeline, or stopped).
+    pub fn clear_standby(&self) {
+        *self.standby.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn standby(&self) -> Option<(String, i64)> {
+        self.standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The loop ticked now.
+    pub fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The loop ended: nothing to watch until the next one starts.
+    pub fn loop_ended(&self) {
+        self.heartbeat_ms.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The whole process's state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     /// Shutdown began: not ready any more.
     pub draining: AtomicBool,
     /// Per pipeline, in config order.
     pub pipelines: Vec<(String, Arc<PipelineHealth>)>,
+    /// A running loop that has not ticked for this long is wedged (ms).
+    liveness_timeout_ms: i64,
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Ready for traffic (200) or not (503).
+    pub ready: bool,
+    /// One line per reason or note, e.g. `pipeline orders: standby, owner … until …`.
+    pub lines: Vec<String>,
 }
 
 impl Health {
-    /// State for the named pipelines.
-    pub fn new(names: impl IntoIterator<Item = String>) -> Self {
+    /// State for the named pipelines, whose loops are wedged after `liveness_timeout_ms`.
+    pub fn new(names: impl IntoIterator<Item = String>, liveness_timeout_ms: u64) -> Self {
         Self {
             draining: AtomicBool::new(false),
             pipelines: names.into_iter().map(|n| (n, Arc::default())).collect(),
+            liveness_timeout_ms: i64::try_from(liveness_timeout_ms).unwrap_or(i64::MAX),
         }
     }
 
@@ -64,14 +111,22 @@ impl Health {
         Arc::clone(health)
     }
 
-    /// `Ok(())` when ready, else the reasons, one per line.
-    pub fn readiness(&self, max_delivery_age_ms: i64) -> Result<(), String> {
+    /// Readiness, with the reasons when not ready and the standby notes either way.
+    pub fn readiness(&self, max_delivery_age_ms: i64) -> Readiness {
         let now = now_ms();
         let mut reasons = Vec::new();
+        let mut notes = Vec::new();
         if self.draining.load(Ordering::Relaxed) {
             reasons.push("draining: shutdown in progress".to_owned());
         }
         for (name, p) in &self.pipelines {
+            if let Some((owner, until)) = p.standby() {
+                notes.push(format!(
+                    "pipeline {name}: standby, owner {owner} until {}",
+                    crate::event::rfc3339_seconds(until / 1000)
+                ));
+                continue;
+            }
             if !p.stream_open.load(Ordering::Relaxed) {
                 reasons.push(format!("pipeline {name}: change stream not open"));
             }
@@ -91,27 +146,27 @@ impl Health {
                 ));
             }
         }
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("\n"))
+        let ready = reasons.is_empty();
+        reasons.extend(notes);
+        Readiness {
+            ready,
+            lines: reasons,
         }
     }
 
     /// `Ok(())` when no running pipeline is wedged, else the reasons.
     pub fn liveness(&self) -> Result<(), String> {
         let now = now_ms();
+        let limit = self.liveness_timeout_ms;
         let wedged: Vec<String> = self
             .pipelines
             .iter()
             .filter(|(_, p)| !p.stopped.load(Ordering::Relaxed))
             .filter(|(_, p)| {
                 let beat = p.heartbeat_ms.load(Ordering::Relaxed);
-                beat > 0 && now - beat > WEDGED_AFTER_MS
+                beat > 0 && now - beat > limit
             })
-            .map(|(name, _)| {
-                format!("pipeline {name}: loop has not ticked for over {WEDGED_AFTER_MS} ms")
-            })
+            .map(|(name, _)| format!("pipeline {name}: loop has not ticked for over {limit} ms"))
             .collect();
         if wedged.is_empty() {
             Ok(())
@@ -125,57 +180,92 @@ impl Health {
 mod tests {
     use super::*;
 
+    fn ready(lines: &[&str]) -> Readiness {
+        Readiness {
+            ready: true,
+            lines: lines.iter().map(|l| (*l).to_owned()).collect(),
+        }
+    }
+
+    fn not_ready(lines: &[&str]) -> Readiness {
+        Readiness {
+            ready: false,
+            ..ready(lines)
+        }
+    }
+
     #[test]
     fn readiness_reports_closed_stream_stale_delivery_and_draining() {
-        let health = Health::new(["a".to_owned()]);
+        let health = Health::new(["a".to_owned()], 120_000);
         assert_eq!(
             health.readiness(1000),
-            Err("pipeline a: change stream not open".to_owned())
+            not_ready(&["pipeline a: change stream not open"])
         );
         let a = health.pipeline("a");
         a.stream_open.store(true, Ordering::Relaxed);
-        assert_eq!(health.readiness(1000), Ok(()));
+        assert_eq!(health.readiness(1000), ready(&[]));
         a.oldest_in_flight_ms
             .store(now_ms() - 5000, Ordering::Relaxed);
+        let r = health.readiness(1000);
         assert!(
-            health
-                .readiness(1000)
-                .is_err_and(|r| r.contains("oldest undelivered"))
+            !r.ready && r.lines[0].contains("oldest undelivered"),
+            "{r:?}"
         );
         a.oldest_in_flight_ms.store(0, Ordering::Relaxed);
         health.draining.store(true, Ordering::Relaxed);
         assert_eq!(
             health.readiness(1000),
-            Err("draining: shutdown in progress".to_owned())
+            not_ready(&["draining: shutdown in progress"])
         );
     }
 
     #[test]
     fn readiness_reports_a_server_that_does_not_answer() {
-        let health = Health::new(["a".to_owned()]);
+        let health = Health::new(["a".to_owned()], 120_000);
         let a = health.pipeline("a");
         a.stream_open.store(true, Ordering::Relaxed);
         a.server_answer_bound_ms.store(6000, Ordering::Relaxed);
         a.awaiting_server_since_ms
             .store(now_ms() - 1000, Ordering::Relaxed);
-        assert_eq!(health.readiness(60_000), Ok(()));
+        assert!(health.readiness(60_000).ready);
         a.awaiting_server_since_ms
             .store(now_ms() - 7000, Ordering::Relaxed);
+        let r = health.readiness(60_000);
         assert!(
-            health
-                .readiness(60_000)
-                .is_err_and(|r| r.contains("no answer from MongoDB"))
+            !r.ready && r.lines[0].contains("no answer from MongoDB"),
+            "{r:?}"
         );
     }
 
     #[test]
-    fn liveness_flags_a_stale_heartbeat() {
-        let health = Health::new(["a".to_owned()]);
-        assert_eq!(health.liveness(), Ok(()));
+    fn a_standby_is_ready_and_says_who_owns_the_pipeline() {
+        // GIVEN a pipeline whose stream is closed because another instance owns it
+        let health = Health::new(["a".to_owned()], 120_000);
         health
             .pipeline("a")
-            .heartbeat_ms
-            .store(now_ms() - WEDGED_AFTER_MS - 1, Ordering::Relaxed);
-        assert!(health.liveness().is_err());
+            .set_standby("host:1:abc", 1_764_403_200_000);
+        // THEN the process is ready, and the body says so
+        assert_eq!(
+            health.readiness(1000),
+            ready(&["pipeline a: standby, owner host:1:abc until 2025-11-29T08:00:00Z"])
+        );
+        health.pipeline("a").clear_standby();
+        assert!(!health.readiness(1000).ready);
+    }
+
+    #[test]
+    fn liveness_flags_a_stale_heartbeat_and_forgets_an_ended_loop() {
+        let health = Health::new(["a".to_owned()], 5000);
+        assert_eq!(health.liveness(), Ok(()));
+        let a = health.pipeline("a");
+        a.heartbeat_ms.store(now_ms() - 5001, Ordering::Relaxed);
+        assert_eq!(
+            health.liveness(),
+            Err("pipeline a: loop has not ticked for over 5000 ms".to_owned())
+        );
+        a.loop_ended();
+        assert_eq!(health.liveness(), Ok(()));
+        a.beat();
+        assert_eq!(health.liveness(), Ok(()));
     }
 }

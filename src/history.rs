@@ -42,15 +42,33 @@ impl OplogBounds {
     }
 }
 
-/// Reads the oplog bounds. Errors: a sentence naming the call that failed and why (for a log
-/// line or a check; never a metric label).
-pub async fn oplog_bounds(client: &Client) -> Result<OplogBounds, String> {
+/// Why the oplog bounds are unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OplogUnknown {
+    /// A sentence naming the call that failed and why (for a log line or a check; never a
+    /// metric label).
+    pub reason: String,
+    /// The server refused the read (`Unauthorized`): a privilege is missing.
+    pub refused: bool,
+}
+
+impl std::fmt::Display for OplogUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// The hint that goes with an [`OplogUnknown`] the server refused.
+pub const PRIVILEGE_HINT: &str = "grant `find` on local.oplog.rs (e.g. the clusterMonitor role)";
+
+/// Reads the oplog bounds. Errors: [`OplogUnknown`].
+pub async fn oplog_bounds(client: &Client) -> Result<OplogBounds, OplogUnknown> {
     let oldest = edge(client, 1).await?;
     let newest = edge(client, -1).await?;
     Ok(OplogBounds { oldest, newest })
 }
 
-async fn edge(client: &Client, direction: i32) -> Result<Timestamp, String> {
+async fn edge(client: &Client, direction: i32) -> Result<Timestamp, OplogUnknown> {
     let call = format!("find on local.oplog.rs sorted {{$natural: {direction}}}");
     let oplog = client.database("local").collection::<Document>("oplog.rs");
     let find = oplog
@@ -59,24 +77,28 @@ async fn edge(client: &Client, direction: i32) -> Result<Timestamp, String> {
         .projection(doc! { "ts": 1, "_id": 0 })
         .max_time(CALL_TIMEOUT);
     // `maxTimeMS` bounds the server's work; this bounds the wait for an unreachable server.
+    let unknown = |reason: String, refused| OplogUnknown { reason, refused };
     let found = tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(1), find.into_future())
         .await
-        .map_err(|_| format!("{call} timed out"))?;
+        .map_err(|_| unknown(format!("{call} timed out"), false))?;
     match found {
-        Ok(Some(entry)) => entry
-            .get_timestamp("ts")
-            .map_err(|_| format!("{call} returned an entry without a `ts` timestamp")),
-        Ok(None) => Err(format!(
-            "{call} found no entry (no oplog here: a mongos, or a standalone server)"
+        Ok(Some(entry)) => entry.get_timestamp("ts").map_err(|_| {
+            unknown(
+                format!("{call} returned an entry without a `ts` timestamp"),
+                false,
+            )
+        }),
+        Ok(None) => Err(unknown(
+            format!("{call} found no entry (no oplog here: a mongos, or a standalone server)"),
+            false,
         )),
-        Err(e) => Err(format!(
-            "{call} failed: {}",
-            crate::error::describe_mongo(&e)
+        Err(e) => Err(unknown(
+            format!("{call} failed: {}", crate::error::describe_mongo(&e)),
+            crate::error::mongo_code(&e) == Some(crate::error::CODE_UNAUTHORIZED),
         )),
     }
 }
 
-/// A short description of a driver error: the server's code name and code when there is one.
 /// Samples the oplog bounds every `interval` (the first at once) into `metrics` until `cancel`
 /// fires. A zero `interval` returns at once: the history series stay absent.
 pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: CancellationToken) {
@@ -84,7 +106,7 @@ pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: C
         tracing::info!("history headroom sampling is off ([metrics] history_interval_ms = 0)");
         return;
     }
-    let mut last_error: Option<String> = None;
+    let mut last_error: Option<OplogUnknown> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -105,17 +127,20 @@ pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: C
                     f64::from(bounds.newest.time),
                 )));
             }
-            Err(reason) => {
+            Err(unknown) => {
                 metrics.set_history(None);
-                if last_error.as_deref() != Some(reason.as_str()) {
-                    warn!(
-                        reason = %reason,
-                        "history headroom unknown: the server does not report its oldest oplog \
-                         entry, so mongo_kafka_bridge_history_headroom_seconds is not exported \
-                         (if the server is reachable, grant `find` on local.oplog.rs, e.g. the \
-                         clusterMonitor role, to fix)"
-                    );
-                    last_error = Some(reason);
+                if last_error.as_ref() != Some(&unknown) {
+                    if unknown.refused {
+                        warn!(reason = %unknown, hint = PRIVILEGE_HINT,
+                            "history headroom unknown: the server refuses to read its oplog, so \
+                             mongo_kafka_bridge_history_headroom_seconds is not exported");
+                    } else {
+                        warn!(reason = %unknown,
+                            "history headroom unknown for now: \
+                             mongo_kafka_bridge_history_headroom_seconds is not exported until \
+                             the oplog's bounds can be read again");
+                    }
+                    last_error = Some(unknown);
                 }
             }
         }

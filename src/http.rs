@@ -1,8 +1,10 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz`, `/readyz`.
 //!
 //! Invariants: handlers only read shared state; `/healthz` is 200 unless a pipeline loop is
-//! wedged; `/readyz` is 200 only when every pipeline's stream is open, deliveries are not stalled
-//! and the process is not draining (see [`crate::health`]). Bodies are plain text.
+//! wedged; `/readyz` is 200 only when every pipeline's stream is open (or it stands by for
+//! another owner), deliveries are not stalled and the process is not draining (see
+//! [`crate::health`]). Bodies are plain text: `ready` or the reasons, then one line per note
+//! (`pipeline X: standby, owner O until T`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -78,8 +80,20 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.health.readiness(state.max_delivery_age_ms) {
-        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
-        Err(reasons) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reasons}\n")),
+    let readiness = state.health.readiness(state.max_delivery_age_ms);
+    let mut body = if readiness.ready {
+        "ready\n".to_owned()
+    } else {
+        String::new()
+    };
+    for line in &readiness.lines {
+        body.push_str(line);
+        body.push('\n');
     }
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body)
 }

@@ -1,34 +1,34 @@
 //! mongo-kafka-bridge: MongoDB change streams → Kafka, keyed by `documentKey`, with the resume
 //! token committed to MongoDB only after Kafka acknowledged every event up to it.
 //!
-//! Data flow per pipeline: [`source`] (change stream) → [`relay`] ([`encode`], [`sink`],
-//! [`window`]) → [`checkpoint`] (offsets collection), supervised by [`pipeline`] and [`app`].
+//! The design (rooms, the ordering proof, restarts, fencing, shutdown) is in
+//! `docs/ARCHITECTURE.md`. Data flow per pipeline: [`source`] (change stream) → `relay`
+//! ([`encode`], `kafka`, `window`) → `checkpoint` ([`offsets`] document), supervised by
+//! `pipeline` and [`app`], with every failure decided by [`error::policy`].
 
 pub mod app;
 pub mod check;
-pub mod checkpoint;
+mod checkpoint;
 pub mod config;
-pub mod dead_letter;
-pub mod delivery;
 pub mod encode;
 pub mod error;
-pub mod event;
+mod event;
 pub mod extjson;
-pub mod gap;
+mod gap;
 pub mod health;
-pub mod history;
-pub mod http;
-pub mod kafka_log;
+mod history;
+mod http;
+pub mod kafka;
 pub mod metrics;
-pub mod offsets_cli;
-pub mod pipeline;
-pub mod relay;
-pub mod sink;
+mod mongo;
+pub mod offsets;
+mod pipeline;
+mod relay;
 pub mod source;
 pub mod split;
 pub mod status;
 pub mod telemetry;
-pub mod window;
+mod window;
 
 pub use app::Bridge;
 pub use config::Config;

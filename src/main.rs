@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use mongo_kafka_bridge::error::{BridgeError, report};
-use mongo_kafka_bridge::offsets_cli::{self, OffsetsCommand, ResetTo};
+use mongo_kafka_bridge::offsets::command::{self as offsets_cli, OffsetsCommand, ResetTo};
 use mongo_kafka_bridge::status::{self, Status};
 use mongo_kafka_bridge::telemetry::{self, LogFormat};
 use mongo_kafka_bridge::{Config, app, check};
@@ -170,7 +170,6 @@ fn failed(e: &BridgeError, secrets: &[&str]) -> ExitCode {
 }
 
 async fn run(config: Config, live_status: Option<Status>) -> Result<(), BridgeError> {
-    tracing::info!(config = ?config, "starting");
     let names: Vec<String> = config.pipelines.iter().map(|p| p.name.clone()).collect();
     let stop_status = tokio_util::sync::CancellationToken::new();
     let result = app::run_observed(config, shutdown_signal(), |bridge| {
@@ -189,7 +188,7 @@ async fn run_check(config: Config, options: &check::CheckOptions, secrets: &[&st
             for line in &lines {
                 println!("{line}");
             }
-            if lines.iter().all(|l| l.ok) {
+            if lines.iter().all(|l| l.ok()) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

@@ -16,12 +16,12 @@ use prometheus::{
 
 mod families;
 mod handles;
-pub mod librdkafka;
+mod librdkafka;
 pub mod read;
 
 use families::{counter, float_gauge, gauge, histogram, seconds_buckets};
 pub use handles::{PipelineMetrics, TopicMetrics};
-pub use librdkafka::StatsContext;
+pub use librdkafka::RdkafkaGauges;
 
 /// Change events read, by `pipeline`, `operation_type`.
 pub const SOURCE_EVENTS: &str = "mongo_kafka_bridge_source_events_total";
@@ -43,7 +43,7 @@ pub const DELIVERY_DURATION: &str = "mongo_kafka_bridge_kafka_delivery_duration_
 /// Seconds from an event's `wallTime` (else its `clusterTime`) to its delivery, by `pipeline`.
 pub const END_TO_END_LATENCY: &str = "mongo_kafka_bridge_end_to_end_latency_seconds";
 /// Events enqueued and not yet delivered, by `pipeline`.
-pub const IN_FLIGHT_EVENTS: &str = "mongo_kafka_bridge_in_flight_messages";
+pub const IN_FLIGHT_EVENTS: &str = "mongo_kafka_bridge_in_flight_events";
 /// Bytes of records enqueued and not yet delivered, by `pipeline`.
 pub const IN_FLIGHT_BYTES: &str = "mongo_kafka_bridge_in_flight_bytes";
 /// Offsets writes, by `pipeline`, `outcome` (`ok`, `error`, `lease` = nothing new, lease renewed).
@@ -69,6 +69,9 @@ pub const ERRORS: &str = "mongo_kafka_bridge_errors_total";
 pub const RESTARTS: &str = "mongo_kafka_bridge_pipeline_restarts_total";
 /// 1 while the pipeline's change stream is open, by `pipeline`.
 pub const STREAM_OPEN: &str = "mongo_kafka_bridge_stream_open";
+/// 1 while this instance owns the pipeline (holds its epoch), 0 while it stands by or after
+/// it stopped, by `pipeline`.
+pub const PIPELINE_OWNED: &str = "mongo_kafka_bridge_pipeline_owned";
 /// librdkafka `msg_cnt`: records in the producer's queues, by `pipeline`.
 pub const RDKAFKA_QUEUE_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_queue_messages";
 /// librdkafka `msg_size`: bytes of records in the producer's queues, by `pipeline`.
@@ -82,8 +85,15 @@ pub const RDKAFKA_RETRIES: &str = "mongo_kafka_bridge_rdkafka_retries_total";
 /// Constant 1 with `version` and `git_sha`.
 pub const BUILD_INFO: &str = "mongo_kafka_bridge_build_info";
 
+/// The git commit the binary was built from (`MKB_GIT_SHA` at build time, see `build.rs`), or
+/// `unknown`.
+pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
+    Some(sha) => sha,
+    None => "unknown",
+};
+
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 27] = [
+pub const ALL: [&str; 28] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -105,6 +115,7 @@ pub const ALL: [&str; 27] = [
     ERRORS,
     RESTARTS,
     STREAM_OPEN,
+    PIPELINE_OWNED,
     RDKAFKA_QUEUE_MESSAGES,
     RDKAFKA_QUEUE_BYTES,
     RDKAFKA_OUTBUF_MESSAGES,
@@ -138,6 +149,7 @@ pub struct Metrics {
     errors: IntCounterVec,
     restarts: IntCounterVec,
     stream_open: IntGaugeVec,
+    pipeline_owned: IntGaugeVec,
     rdkafka: librdkafka::Families,
     /// Committed position time (Unix seconds) per pipeline, for the scrape-time lag and headroom.
     committed: Arc<Mutex<HashMap<String, f64>>>,
@@ -164,10 +176,7 @@ impl Metrics {
         r.register(Box::new(build.clone()))
             .expect("each metric is registered once");
         build
-            .with_label_values(&[
-                env!("CARGO_PKG_VERSION"),
-                option_env!("MKB_GIT_SHA").unwrap_or("unknown"),
-            ])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), GIT_SHA])
             .set(1);
         let pt = &["pipeline", "topic"];
         let history_window =
@@ -260,6 +269,11 @@ impl Metrics {
             ),
             restarts: counter(&r, RESTARTS, "Pipeline restarts.", &["pipeline", "reason"]),
             stream_open: gauge(&r, STREAM_OPEN, "1 while the change stream is open."),
+            pipeline_owned: gauge(
+                &r,
+                PIPELINE_OWNED,
+                "1 while this instance owns the pipeline, 0 while it stands by.",
+            ),
             rdkafka: librdkafka::Families::register(&r),
             committed: Arc::default(),
             oplog: Arc::default(),
@@ -283,6 +297,7 @@ impl Metrics {
             checkpoint_timestamp: self.checkpoint_timestamp.with_label_values(&[name]),
             source_lag: self.source_lag.with_label_values(&[name]),
             stream_open: self.stream_open.with_label_values(&[name]),
+            owned: self.pipeline_owned.with_label_values(&[name]),
             events_read: handles::OpCounters::default(),
         }
     }

@@ -1,45 +1,54 @@
-//! One pipeline's supervisor: takes ownership of the offsets document, then runs source → relay →
-//! checkpointer, restarting from the committed position after transient failures.
+//! One pipeline's life: before anything is taken, refuse what can never run; take ownership of
+//! the offsets document; run ([`run`]); after a failure, do what [`crate::error::policy`]
+//! decides (restart, reopen, skip the lost history, stand by, stop); release the lease at the
+//! end.
+//!
+//! ```text
+//!   preflight ──▶ take ──▶ run ──error──▶ policy ─┬─ Restart (backoff) ─▶ load ──▶ run …
+//!                  ▲                               ├─ Reopen / SkipHistory ─▶ load ──▶ run …
+//!                  └──── standby (lapsed lease) ◀──┼─ StandBy (fenced)
+//!                                                  └─ Stop ─▶ release lease, Err
+//! ```
 //!
 //! Invariants:
 //! - Every (re)start reads the position from the offsets document (checking our epoch), never
 //!   from memory: what was not committed is read again (at-least-once).
-//! - On a first start the stream's initial resume token is committed before any event is read,
-//!   so a crash before the first event loses nothing written after "now" (case C27).
+//! - Nothing is taken before the preflight passed: an unwatchable namespace is a configuration
+//!   error and leaves the offsets untouched.
+//! - Every stop that still holds the pipeline releases its lease (clean or fatal), so standbys
+//!   and tools see no live owner at once. A fenced instance holds nothing.
 //! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
 //!   reset after a run that lasted longer than [`HEALTHY_RUN`].
+//! - Everything the pipeline writes to Kafka goes through its one producer, `sink`; a run that
+//!   failed in the producer gets a new one.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mongodb::Client;
 use rand::Rng;
-use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::checkpoint::{Offsets, OffsetsStore, run_checkpointer};
-use crate::config::{Config, OnHistoryLost, OnOversize, PipelineConfig, StartAt};
-use crate::encode::Encoder;
-use crate::error::{BridgeError, ErrorClass, is_history_lost, report};
-use crate::event::{Position, format_timestamp, timestamp_now};
-use crate::gap;
+use crate::config::{Config, PipelineConfig};
+use crate::error::policy::{self, Action, Attempts};
+use crate::error::{BridgeError, ErrorClass, report};
+use crate::gap::Skip;
 use crate::health::PipelineHealth;
+use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::context::KafkaContext;
+use crate::kafka::sink::KafkaSink;
 use crate::metrics::PipelineMetrics;
-use crate::relay::{Limits, Relay};
-use crate::sink::KafkaSink;
-use crate::source::{self, Start};
+use crate::offsets::OffsetsStore;
 
-/// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
-/// not ready (ms).
-const SERVER_ANSWER_GRACE_MS: u64 = 2000;
+mod run;
+mod stage;
+mod standby;
 
-/// A run longer than this resets the restart backoff.
+pub(crate) use stage::panicked;
+
+/// A run longer than this resets the restart backoff and the persistent-error count.
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
-/// Capacity of the source → relay channel (items); its bytes are bounded separately by
-/// `max_in_flight_bytes` (see [`source::Channel`]).
-const CHANNEL_CAPACITY: usize = 256;
 
 /// Everything one pipeline needs.
 pub struct PipelineContext {
@@ -55,6 +64,10 @@ pub struct PipelineContext {
     pub metrics: PipelineMetrics,
     /// This pipeline's health state.
     pub health: Arc<PipelineHealth>,
+    /// Shared Kafka admin client (topic metadata and creation).
+    pub admin: KafkaAdmin,
+    /// The pipeline's producer: records, dead-letter stubs and gap markers.
+    pub sink: KafkaSink,
 }
 
 impl PipelineContext {
@@ -70,100 +83,220 @@ impl PipelineContext {
             lease,
         )
     }
+
+    fn secrets(&self) -> Vec<String> {
+        self.config.secrets()
+    }
+
+    fn report(&self, error: &BridgeError) -> String {
+        let secrets = self.secrets();
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        report(error, &secrets)
+    }
+
+    /// A new producer for this pipeline, its statistics into the pipeline's series.
+    pub fn new_sink(config: &Config, metrics: &PipelineMetrics) -> Result<KafkaSink, BridgeError> {
+        let context = KafkaContext::new(metrics.rdkafka_gauges());
+        KafkaSink::new(&config.kafka, context).map_err(|e| BridgeError::Producer(Box::new(e)))
+    }
 }
 
-/// Runs the pipeline until `cancel` fires (`Ok`) or a fatal error (`Err`).
-pub async fn run(ctx: PipelineContext, cancel: CancellationToken) -> Result<(), BridgeError> {
+/// Runs the pipeline until `cancel` fires (`Ok`) or a failure the policy stops on (`Err`).
+pub async fn run(mut ctx: PipelineContext, cancel: CancellationToken) -> Result<(), BridgeError> {
     let store = ctx.store();
-    let name = ctx.pipeline.name.clone();
-    let secrets = ctx.config.secrets();
-    let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let mut attempt: u32 = 0;
     let mut epoch = None;
-    let result = loop {
-        let started = Instant::now();
-        let offsets = match epoch {
-            None => cancellable(&cancel, store.take()).await,
-            Some(epoch) => cancellable(&cancel, store.load(epoch)).await,
-        };
-        let result = match offsets {
-            None => break Ok(()),
-            Some(Ok(offsets)) => {
-                if epoch.is_none() {
-                    info!(pipeline = %name, epoch = offsets.epoch, "took the pipeline");
-                }
-                epoch = Some(offsets.epoch);
-                run_guarded(&ctx, &store, offsets, &cancel).await
-            }
-            Some(Err(e)) => Err(e),
-        };
-        let error = match result {
-            Ok(Outcome::Stopped) => break Ok(()),
-            Ok(Outcome::Restart) => continue,
-            Err(e) => e,
-        };
-        let class = error.class();
-        let class_label = if class == ErrorClass::Fatal {
-            "fatal"
-        } else {
-            "transient"
-        };
-        ctx.metrics.error(error.kind(), class_label);
-        if matches!(error, BridgeError::Fenced { .. }) && !cancel.is_cancelled() {
-            // The pipeline stops, and this instance stands by instead of exiting: a process
-            // supervisor restarting it would otherwise take the pipeline back and fence the new
-            // owner in turn, forever (two replicas stealing from each other).
-            error!(pipeline = %name, error = %report(&error, &secrets),
-                   "pipeline stopped: fenced; standing by until the new owner's lease lapses");
-            ctx.metrics.restart(error.kind());
-            epoch = None;
-            if standby(&store, &cancel).await.is_none() {
-                break Ok(());
-            }
-            info!(pipeline = %name, "the owner's lease lapsed: taking the pipeline");
-            continue;
-        }
-        if class == ErrorClass::Fatal || cancel.is_cancelled() {
-            error!(pipeline = %name, error = %report(&error, &secrets), "pipeline stopped");
-            break Err(error);
-        }
-        if started.elapsed() > HEALTHY_RUN {
-            attempt = 0;
-        }
-        let delay = backoff(attempt, ctx.config.bridge.max_restart_backoff_ms);
-        attempt = attempt.saturating_add(1);
-        ctx.metrics.restart(error.kind());
-        if matches!(error, BridgeError::StreamClosed { .. }) {
-            info!(pipeline = %name, "stream invalidated; reopening after the invalidate event");
-        } else {
-            warn!(pipeline = %name, error = %report(&error, &secrets),
-                  delay_ms = delay.as_millis() as u64,
-                  "pipeline failed; restarting from the committed position");
-        }
-        tokio::select! {
-            () = cancel.cancelled() => break Ok(()),
-            () = tokio::time::sleep(delay) => {}
-        }
+    let result = match preflight(&ctx, &cancel).await {
+        Ok(()) => lifecycle(&mut ctx, &store, &cancel, &mut epoch).await,
+        Err(e) => Err(e),
     };
-    ctx.health.stopped.store(true, Ordering::Relaxed);
-    if let (Ok(()), Some(epoch)) = (&result, epoch) {
-        // A clean stop hands the pipeline back at once: tools see no live owner.
-        if store.release(epoch).await.is_ok() {
-            info!(pipeline = %name, "stopped; lease released");
-        }
+    ctx.health
+        .stopped
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    ctx.health.clear_standby();
+    ctx.health.loop_ended();
+    ctx.metrics.owned.set(0);
+    if let Some(epoch) = epoch
+        && store.release(epoch).await.is_ok()
+    {
+        info!(pipeline = %ctx.pipeline.name, "stopped; lease released");
     }
     result
 }
 
-/// Waits until the pipeline's lease is free (its `leaseUntil` passed, or the document is gone);
-/// `None` when `cancel` fires first. Read errors just wait for the next look.
-async fn standby(store: &OffsetsStore, cancel: &CancellationToken) -> Option<()> {
+/// What must hold before the pipeline is taken. Errors: [`BridgeError::Config`] for a namespace
+/// MongoDB can never watch (case C23).
+async fn preflight(ctx: &PipelineContext, cancel: &CancellationToken) -> Result<(), BridgeError> {
+    let p = &ctx.pipeline;
+    if let Some(Some(reason)) =
+        cancellable(cancel, crate::source::unwatchable(&ctx.client, p)).await
+    {
+        let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
+        return Err(BridgeError::Config {
+            field: format!("pipelines[{}].collection", index.unwrap_or(0)),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// Takes the pipeline and runs it until a clean stop or a failure the policy stops on; `epoch`
+/// is the epoch this instance holds (`None` while it stands by).
+async fn lifecycle(
+    ctx: &mut PipelineContext,
+    store: &OffsetsStore,
+    cancel: &CancellationToken,
+    epoch: &mut Option<i64>,
+) -> Result<(), BridgeError> {
+    let p = ctx.pipeline.clone();
+    let mut attempts = Attempts::new(ctx.config.bridge.persistent_error_attempts);
+    let mut backoff_attempt: u32 = 0;
     loop {
-        let pause = tokio::time::sleep(Duration::from_secs(1));
-        cancellable(cancel, pause).await?;
-        if let Ok(false) = cancellable(cancel, store.is_held()).await? {
-            return Some(());
+        let started = Instant::now();
+        let Some(error) = run_owned(ctx, store, cancel, epoch).await else {
+            return Ok(());
+        };
+        if started.elapsed() > HEALTHY_RUN {
+            attempts.healthy_run();
+            backoff_attempt = 0;
         }
+        let mut error = explain(ctx, error).await;
+        ctx.metrics.error(error.kind(), error.class().label());
+        if cancel.is_cancelled() {
+            error!(pipeline = %p.name, error = %ctx.report(&error), "pipeline stopped");
+            return Err(error);
+        }
+        let mut action = policy::decide(&error, p.on_history_lost, &mut attempts);
+        if action == Action::SkipHistory
+            && let Some(held) = *epoch
+        {
+            match skip(ctx, store, held, &error).await {
+                Ok(()) => continue,
+                Err(failed) => {
+                    error = failed;
+                    ctx.metrics.error(error.kind(), error.class().label());
+                    action = match policy::decide(&error, p.on_history_lost, &mut attempts) {
+                        Action::SkipHistory => Action::Restart,
+                        other => other,
+                    };
+                }
+            }
+        }
+        if action == Action::Stop {
+            stop_log(ctx, &error, attempts.persistent());
+            return Err(error);
+        }
+        ctx.metrics.restart(error.kind());
+        match action {
+            Action::StandBy => {
+                *epoch = None;
+                ctx.metrics.owned.set(0);
+                error!(pipeline = %p.name, error = %ctx.report(&error),
+                       "pipeline stopped: fenced; standing by until the new owner's lease lapses");
+                let Some(taken) = standby::wait(store, &ctx.health, cancel).await else {
+                    return Ok(());
+                };
+                info!(pipeline = %p.name, epoch = taken,
+                      "the owner's lease lapsed: took the pipeline");
+                *epoch = Some(taken);
+                ctx.metrics.owned.set(1);
+            }
+            Action::Reopen => {
+                info!(pipeline = %p.name, "stream invalidated; reopening after the invalidate event");
+            }
+            // A skip that could not run (no epoch held) waits like any restart.
+            Action::Restart | Action::SkipHistory | Action::Stop => {
+                let delay = backoff(backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
+                backoff_attempt = backoff_attempt.saturating_add(1);
+                warn!(pipeline = %p.name, error = %ctx.report(&error),
+                      delay_ms = delay.as_millis() as u64,
+                      "pipeline failed; restarting from the committed position");
+                if cancellable(cancel, tokio::time::sleep(delay))
+                    .await
+                    .is_none()
+                {
+                    return Ok(());
+                }
+            }
+        }
+        if error.is_producer_failure() {
+            ctx.sink = PipelineContext::new_sink(&ctx.config, &ctx.metrics)?;
+        }
+    }
+}
+
+/// One run as the owner: takes (or reloads) the offsets and runs. The error that ended it;
+/// `None` when it stopped cleanly (shutdown).
+async fn run_owned(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    cancel: &CancellationToken,
+    epoch: &mut Option<i64>,
+) -> Option<BridgeError> {
+    let offsets = match *epoch {
+        None => cancellable(cancel, store.take()).await?,
+        Some(held) => cancellable(cancel, store.load(held)).await?,
+    };
+    let offsets = match offsets {
+        Ok(offsets) => offsets,
+        Err(e) => return Some(e),
+    };
+    if epoch.is_none() {
+        info!(pipeline = %ctx.pipeline.name, epoch = offsets.epoch, "took the pipeline");
+        ctx.metrics.owned.set(1);
+    }
+    *epoch = offsets.epoch;
+    run::once(ctx, store, offsets, cancel).await.err()
+}
+
+/// `error`, or the reason behind it when MongoDB could not be selected because `mongodb.uri`
+/// names another replica set than the servers'.
+async fn explain(ctx: &PipelineContext, error: BridgeError) -> BridgeError {
+    let selection = match &error {
+        BridgeError::Source { source, .. } | BridgeError::Checkpoint { source, .. } => {
+            crate::error::is_server_selection(source)
+        }
+        _ => false,
+    };
+    if !selection {
+        return error;
+    }
+    crate::mongo::replica_set_mismatch(&ctx.config)
+        .await
+        .unwrap_or(error)
+}
+
+/// The history-loss policy `skip` through the pipeline's own producer.
+async fn skip(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+    lost: &BridgeError,
+) -> Result<(), BridgeError> {
+    let to = crate::mongo::cluster_time(&ctx.client)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(crate::event::timestamp_now);
+    let skip = Skip {
+        pipeline: &ctx.pipeline,
+        prefix: &ctx.config.kafka.topic_prefix,
+        sink: &ctx.sink,
+        metrics: &ctx.metrics,
+        store,
+        epoch,
+    };
+    skip.run(to, lost).await
+}
+
+fn stop_log(ctx: &PipelineContext, error: &BridgeError, persistent: u32) {
+    let name = &ctx.pipeline.name;
+    if error.class() == ErrorClass::Persistent {
+        error!(pipeline = %name, error = %ctx.report(error), attempts = persistent,
+               remedy = error.remedy(),
+               "pipeline stopped: the same kind of failure kept coming back \
+                ([bridge] persistent_error_attempts)");
+    } else {
+        error!(pipeline = %name, error = %ctx.report(error), "pipeline stopped");
     }
 }
 
@@ -183,254 +316,6 @@ pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
         .saturating_mul(1u64 << attempt.min(20))
         .clamp(50, cap_ms.max(50));
     Duration::from_millis(rand::rng().random_range(50..=ceiling))
-}
-
-fn start_of(p: &PipelineConfig, offsets: &Offsets) -> Start {
-    match (
-        &offsets.resume_token,
-        offsets.start_at_operation_time,
-        p.start_at(),
-    ) {
-        (Some(token), _, _) => Start::After(token.clone()),
-        (None, Some(ts), _) => Start::AtOperationTime(ts),
-        (None, None, StartAt::Timestamp(secs)) => Start::AtOperationTime(bson::Timestamp {
-            time: secs,
-            increment: 0,
-        }),
-        (None, None, StartAt::Now) => Start::Now,
-    }
-}
-
-/// How a run ended without an error.
-enum Outcome {
-    /// Shutdown was requested and the pipeline drained.
-    Stopped,
-    /// The position was moved on purpose (history-loss policy `skip`): start again at once.
-    Restart,
-}
-
-/// [`run_once`] plus the history-loss policy: with `skip`, gap markers are published, the offsets
-/// move to the current cluster time, and the pipeline restarts there. Either way the error and
-/// the markers' `from` name the position committed last (re-read from the offsets document).
-async fn run_guarded(
-    ctx: &PipelineContext,
-    store: &OffsetsStore,
-    offsets: Offsets,
-    cancel: &CancellationToken,
-) -> Result<Outcome, BridgeError> {
-    let (epoch, from) = (offsets.epoch, offsets.cluster_time);
-    match run_once(ctx, store, offsets, cancel).await {
-        Ok(()) => Ok(Outcome::Stopped),
-        Err(BridgeError::HistoryLost {
-            pipeline, source, ..
-        }) => {
-            // History can be lost mid-run (a `getMore`), after this run committed more: name
-            // (and skip from) the position committed last, not the one the run started at.
-            let from = store
-                .load(epoch)
-                .await
-                .ok()
-                .and_then(|o| o.cluster_time)
-                .or(from);
-            let error = BridgeError::HistoryLost {
-                pipeline,
-                cluster_time: from.map_or_else(|| "unknown".to_owned(), format_timestamp),
-                source,
-            };
-            if ctx.pipeline.on_history_lost != OnHistoryLost::Skip {
-                return Err(error);
-            }
-            let reason = format!("resume token no longer in the oplog ({error})");
-            skip_history(ctx, store, epoch, from, &reason).await?;
-            Ok(Outcome::Restart)
-        }
-        Err(error) => Err(error),
-    }
-}
-
-/// Publishes the gap markers, then moves the offsets to the current cluster time.
-async fn skip_history(
-    ctx: &PipelineContext,
-    store: &OffsetsStore,
-    epoch: i64,
-    from: Option<bson::Timestamp>,
-    reason: &str,
-) -> Result<(), BridgeError> {
-    let p = &ctx.pipeline;
-    let to = current_cluster_time(&ctx.client).await;
-    let sink = KafkaSink::new(&ctx.config.kafka)?;
-    let markers = gap::publish(&sink, p, &ctx.config.kafka.topic_prefix, from, to, reason).await?;
-    sink.flush(Duration::from_secs(5)).await;
-    sink.close();
-    store.reset_to(epoch, to).await?;
-    ctx.metrics.restart("history_lost_skip");
-    error!(
-        pipeline = %p.name,
-        from = %from.map_or_else(|| "unknown".to_owned(), format_timestamp),
-        to = %format_timestamp(to),
-        markers,
-        "history lost: SKIPPED the changes between these cluster times (on_history_lost = skip); \
-         published gap markers and restarted at the current time"
-    );
-    Ok(())
-}
-
-/// The deployment's current cluster time (`operationTime` of a `ping`), or the wall clock when
-/// the server does not report one.
-async fn current_cluster_time(client: &Client) -> bson::Timestamp {
-    let reply = client
-        .database("admin")
-        .run_command(bson::doc! { "ping": 1 })
-        .await;
-    reply
-        .ok()
-        .and_then(|r| r.get_timestamp("operationTime").ok())
-        .unwrap_or_else(timestamp_now)
-}
-
-/// One run: open the stream, commit the initial position if there is none, then run the tasks.
-async fn run_once(
-    ctx: &PipelineContext,
-    store: &OffsetsStore,
-    offsets: Offsets,
-    cancel: &CancellationToken,
-) -> Result<(), BridgeError> {
-    let p = &ctx.pipeline;
-    let b = &ctx.config.bridge;
-    let start = start_of(p, &offsets);
-    let max_await = Duration::from_millis(b.max_await_time_ms);
-    let answer_bound = b.max_await_time_ms.saturating_add(SERVER_ANSWER_GRACE_MS);
-    ctx.health
-        .server_answer_bound_ms
-        .store(answer_bound as i64, Ordering::Relaxed);
-    // An unwatchable namespace is a configuration error: never retried (C23).
-    let unwatchable = cancellable(cancel, source::unwatchable(&ctx.client, p)).await;
-    if let Some(Some(reason)) = unwatchable {
-        let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
-        return Err(BridgeError::Config {
-            field: format!("pipelines[{}].collection", index.unwrap_or(0)),
-            reason,
-        });
-    }
-    let opened = cancellable(
-        cancel,
-        source::open_splitting(&ctx.client, p, &start, max_await),
-    );
-    let Some(opened) = opened.await else {
-        return Ok(());
-    };
-    let (stream, _splits) = opened.map_err(|source| classify_open(p, &offsets, source))?;
-    if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
-        store.set_start_time(offsets.epoch, *ts).await?;
-    }
-    if offsets.resume_token.is_none()
-        && let Some(token) = source::current_token(&stream)
-    {
-        let initial = Position {
-            token,
-            cluster_time: None,
-            position_time: timestamp_now(),
-            wall_time_ms: None,
-            event_count: 0,
-        };
-        store.commit(offsets.epoch, &initial, 0).await?;
-        ctx.metrics.committed(None, initial.position_time);
-        info!(pipeline = %p.name, "committed the initial position");
-    }
-    let sink = KafkaSink::with_context(&ctx.config.kafka, ctx.metrics.rdkafka_context())?;
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let budget_bytes = u32::try_from(b.max_in_flight_bytes).unwrap_or(u32::MAX);
-    let channel = source::Channel {
-        tx,
-        budget: Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize)),
-        budget_bytes,
-    };
-    let (safe_tx, safe_rx) = watch::channel(None);
-    let run_cancel = cancel.child_token();
-    let source_task = tokio::spawn({
-        let (name, cancel, health) = (p.name.clone(), run_cancel.clone(), Arc::clone(&ctx.health));
-        async move { source::run(&name, stream, channel, cancel, health).await }
-    });
-    let interval = Duration::from_millis(b.commit_interval_ms);
-    let checkpointer = tokio::spawn({
-        let (store, metrics, cancel) = (store.clone(), ctx.metrics.clone(), run_cancel.clone());
-        async move {
-            let result =
-                run_checkpointer(store, offsets.epoch, safe_rx, interval, metrics, 0).await;
-            if result.is_err() {
-                cancel.cancel();
-            }
-            result
-        }
-    });
-    let limits = Limits {
-        max_events: b.max_in_flight_events,
-        max_bytes: b.max_in_flight_bytes,
-        drain_timeout: Duration::from_millis(b.shutdown_timeout_ms),
-    };
-    let encoder = Encoder::new(p, &ctx.config.kafka.topic_prefix);
-    // Kept until the relay and its delivery watches are gone, then destroyed off the runtime.
-    let last_sink = sink.clone();
-    let relay = Relay::new(
-        &p.name,
-        encoder,
-        sink,
-        limits,
-        ctx.metrics.clone(),
-        Arc::clone(&ctx.health),
-        safe_tx,
-    );
-    let relay = relay.with_lease(store.lease_valid_until());
-    let relay = match (&p.on_oversize, &p.dead_letter_topic) {
-        (OnOversize::DeadLetter, Some(topic)) => relay.with_dead_letter(topic),
-        _ => relay,
-    };
-    ctx.metrics.stream_open.set(1);
-    let relay_result = relay.run(rx, run_cancel.clone()).await;
-    last_sink.close();
-    run_cancel.cancel();
-    ctx.metrics.stream_open.set(0);
-    let source_result = source_task.await.unwrap_or(Ok(()));
-    let checkpoint_result = checkpointer.await.unwrap_or(Ok(()));
-    let source_result = source_result.map_err(|e| reclassify(&offsets, e, false));
-    let result = relay_result.and(source_result);
-    if let (Err(_), Err(hidden)) = (&result, &checkpoint_result) {
-        // Only the first error decides the restart; this one explains why the last positions
-        // were not committed (they will be read and published again).
-        let secrets = ctx.config.secrets();
-        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-        warn!(pipeline = %p.name, error = %report(hidden, &secrets),
-              "the final commit failed too: the events after the last commit will be read again");
-    }
-    result.and(checkpoint_result)
-}
-
-fn classify_open(
-    p: &PipelineConfig,
-    offsets: &Offsets,
-    source: mongodb::error::Error,
-) -> BridgeError {
-    let error = BridgeError::Source {
-        pipeline: p.name.clone(),
-        source: Box::new(source),
-    };
-    reclassify(offsets, error, true)
-}
-
-/// Turns a "cannot resume" source error into [`BridgeError::HistoryLost`].
-fn reclassify(offsets: &Offsets, error: BridgeError, at_open: bool) -> BridgeError {
-    match error {
-        BridgeError::Source { pipeline, source } if is_history_lost(&source, at_open) => {
-            BridgeError::HistoryLost {
-                pipeline,
-                cluster_time: offsets
-                    .cluster_time
-                    .map_or_else(|| "unknown".to_owned(), format_timestamp),
-                source,
-            }
-        }
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -16,9 +16,14 @@
 //! - the first `Err` out of the window ends the relay; nothing after it is published.
 //!
 //! Loop priority (`select! { biased; … }`): 1. acks from the window (frees memory first),
-//! 2. a pending event whose enqueue hit a full queue, 3. shutdown, 4. intake, only while the
-//! window has room (`max_in_flight_events`, `max_in_flight_bytes`) — this bounds memory whatever
-//! the backlog. A full librdkafka queue is backpressure, never an error or a drop.
+//! 2. the retry of a pending event whose enqueue hit a full queue while nothing of ours is in
+//! flight, 3. shutdown, 4. intake, only while the window has room (the in-flight event and byte
+//! bounds) and the lease is known to hold — this bounds memory whatever the backlog, 5. the
+//! 500 ms tick (heartbeat, gauges). A full librdkafka queue is backpressure, never an error or a
+//! drop.
+//!
+//! Every drain (shutdown, or the source's end) ends by `shutdown_timeout_ms`, whatever is still
+//! in flight or waiting for room in librdkafka's queue.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -26,18 +31,18 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bson::Timestamp;
-use rdkafka::producer::DeliveryFuture;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::dead_letter;
-use crate::delivery::{DeliveryWatch, WatchShared};
-use crate::encode::{EncodedEvent, Encoder, Record};
-use crate::error::BridgeError;
+use crate::encode::{EncodedEvent, Record, RecordEncoder};
+use crate::error::{BridgeError, is_oversize};
 use crate::event::{Position, SourceItem, timestamp_now};
 use crate::health::{PipelineHealth, now_ms};
+use crate::kafka::admin::TopicCreator;
+use crate::kafka::dead_letter::Refused;
+use crate::kafka::delivery::{Delivery, DeliveryContext, EventDeliveries};
+use crate::kafka::sink::{EnqueueError, KafkaSink};
 use crate::metrics::{PipelineMetrics, TopicMetrics};
-use crate::sink::{EnqueueError, KafkaSink};
 use crate::window::OrderedWindow;
 
 /// Bound of one burst in `complete_ready`, so a full window of completed entries (up to
@@ -47,7 +52,7 @@ const MAX_COMPLETIONS_PER_WAKE: usize = 1024;
 /// An event whose records are partly enqueued (the queue was full).
 struct Pending {
     records: VecDeque<Record>,
-    deliveries: Vec<DeliveryFuture>,
+    deliveries: Vec<Delivery>,
     encoded: EncodedEvent,
     bytes: usize,
     topic: Arc<str>,
@@ -66,7 +71,7 @@ async fn retry_later(wanted: bool) {
 /// In-flight bounds of one pipeline.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Events enqueued and not delivered.
+    /// Events enqueued and not delivered (see [`crate::config::InFlightBounds`]).
     pub max_events: usize,
     /// Bytes of records enqueued and not delivered.
     pub max_bytes: usize,
@@ -77,7 +82,7 @@ pub struct Limits {
 /// One pipeline's relay.
 pub struct Relay {
     pipeline: Arc<str>,
-    encoder: Encoder,
+    encoder: RecordEncoder,
     sink: KafkaSink,
     window: OrderedWindow<Position, BridgeError>,
     limits: Limits,
@@ -88,10 +93,12 @@ pub struct Relay {
     last_wall_time_ms: Option<i64>,
     event_count: u64,
     last_topic: Option<(Arc<str>, Arc<TopicMetrics>)>,
-    /// What every in-flight event's delivery watch shares, the dead-letter policy included
-    /// (one `Arc` per event instead of clones of the name, the metric handles and the sink).
-    watch: Arc<WatchShared>,
+    /// What every in-flight event's deliveries share, the dead-letter policy included (one
+    /// `Arc` per event instead of clones of the name, the metric handles and the sink).
+    context: Arc<DeliveryContext>,
     lease: Option<Arc<std::sync::atomic::AtomicI64>>,
+    /// Creates missing topics before their first record (`[kafka.topic_creation]`).
+    topics: Option<TopicCreator>,
     last_position_time: Timestamp,
 }
 
@@ -99,14 +106,14 @@ impl Relay {
     /// A relay publishing safe positions on `safe`.
     pub fn new(
         pipeline: &str,
-        encoder: Encoder,
+        encoder: RecordEncoder,
         sink: KafkaSink,
         limits: Limits,
         metrics: PipelineMetrics,
         health: Arc<PipelineHealth>,
         safe: watch::Sender<Option<Position>>,
     ) -> Self {
-        let watch = Arc::new(WatchShared {
+        let context = Arc::new(DeliveryContext {
             pipeline: Arc::from(pipeline),
             metrics: metrics.clone(),
             dead_letter: None,
@@ -124,8 +131,9 @@ impl Relay {
             last_wall_time_ms: None,
             event_count: 0,
             last_topic: None,
-            watch,
+            context,
             lease: None,
+            topics: None,
             last_position_time: Timestamp {
                 time: 0,
                 increment: 0,
@@ -136,11 +144,17 @@ impl Relay {
     /// Sends records Kafka refuses as too large to `topic` as stubs (`on_oversize =
     /// "dead_letter"`) instead of failing the pipeline.
     pub fn with_dead_letter(mut self, topic: &str) -> Self {
-        self.watch = Arc::new(WatchShared {
+        self.context = Arc::new(DeliveryContext {
             pipeline: Arc::clone(&self.pipeline),
             metrics: self.metrics.clone(),
             dead_letter: Some((self.sink.clone(), Arc::from(topic))),
         });
+        self
+    }
+
+    /// Makes sure every topic exists before its first record, creating it when missing.
+    pub fn with_topic_creator(mut self, creator: TopicCreator) -> Self {
+        self.topics = Some(creator);
         self
     }
 
@@ -196,11 +210,11 @@ impl Relay {
                 }
                 () = cancel.cancelled() => break,
                 item = rx.recv(), if pending.is_none() && self.has_room() => match item {
-                    Some(item) => pending = self.accept(item)?,
+                    Some(item) => pending = self.accept(item).await?,
                     None => break,
                 },
                 _ = tick.tick() => {
-                    self.health.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+                    self.health.beat();
                     self.publish_gauges();
                 }
             }
@@ -210,7 +224,7 @@ impl Relay {
 
     /// Takes one item from the source. An event's byte-budget permit is dropped on return, once
     /// its records are enqueued (librdkafka holds its own copy) or kept in `Pending`.
-    fn accept(&mut self, item: SourceItem) -> Result<Option<Pending>, BridgeError> {
+    async fn accept(&mut self, item: SourceItem) -> Result<Option<Pending>, BridgeError> {
         match item {
             SourceItem::Event { raw, permit } => {
                 // Held until this arm ends: the records are then enqueued or kept in `Pending`.
@@ -218,10 +232,13 @@ impl Relay {
                 self.metrics
                     .source_bytes
                     .inc_by(raw.as_bytes().len() as u64);
-                let encoded = self.encoder.encode(&raw).map_err(|e| BridgeError::Encode {
-                    pipeline: self.pipeline.to_string(),
-                    reason: e.to_string(),
-                })?;
+                let encoded = self
+                    .encoder
+                    .encode(&raw)
+                    .map_err(|source| BridgeError::Encode {
+                        pipeline: self.pipeline.to_string(),
+                        source,
+                    })?;
                 self.metrics.event_read(&encoded.operation_type);
                 if let Some(ts) = encoded.cluster_time {
                     let lag = timestamp_now().time.saturating_sub(ts.time);
@@ -233,6 +250,9 @@ impl Relay {
                 let topic = records
                     .first()
                     .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
+                if let Some(creator) = &mut self.topics {
+                    creator.ensure(&topic).await?;
+                }
                 let records = VecDeque::from(records);
                 let pending = Pending {
                     records,
@@ -263,51 +283,31 @@ impl Relay {
     }
 
     /// Enqueues the remaining records of `p`; returns it back if the queue filled up. A record
-    /// librdkafka refuses as too large goes to the dead-letter policy (a stub replaces it) or
-    /// fails the pipeline.
+    /// librdkafka refuses as too large is kept as refused: its event's deliveries apply the
+    /// oversize policy, in one place ([`EventDeliveries::wait`]). Any other refusal fails the
+    /// pipeline.
     fn enqueue(&mut self, mut p: Pending) -> Result<Option<Pending>, BridgeError> {
-        while let Some(record) = p.records.front() {
-            match self.sink.enqueue(record) {
+        while let Some(record) = p.records.pop_front() {
+            match self.sink.enqueue(&record) {
                 Ok(delivery) => {
                     self.topic_metrics(&record.topic).enqueued.inc();
-                    p.deliveries.push(delivery);
-                    p.records.pop_front();
+                    p.deliveries.push(Delivery::Enqueued(delivery));
                 }
                 Err(EnqueueError::QueueFull) => {
                     self.metrics.queue_full.inc();
+                    p.records.push_front(record);
                     return Ok(Some(p));
                 }
+                Err(EnqueueError::Failed(source)) if is_oversize(&source) => {
+                    p.deliveries
+                        .push(Delivery::Refused(source, Refused::from_record(record)));
+                }
                 Err(EnqueueError::Failed(source)) => {
-                    let dlq = self
-                        .watch
-                        .dead_letter
-                        .as_ref()
-                        .filter(|_| dead_letter::is_oversize(&source));
-                    let Some((_, dlq)) = dlq else {
-                        if dead_letter::is_oversize(&source) {
-                            return Err(BridgeError::Oversize {
-                                pipeline: self.pipeline.to_string(),
-                                topic: record.topic.to_string(),
-                                key: String::from_utf8_lossy(&record.key).into_owned(),
-                                size: record.size(),
-                            });
-                        }
-                        return Err(BridgeError::Delivery {
-                            pipeline: self.pipeline.to_string(),
-                            topic: record.topic.to_string(),
-                            source: Box::new(source),
-                        });
-                    };
-                    let stub = dead_letter::stub(
-                        dlq,
-                        &record.topic,
-                        &record.key,
-                        &record.headers,
-                        record.size(),
-                        &source,
-                    );
-                    self.dead_lettered(&record.topic, record.size());
-                    p.records[0] = stub;
+                    return Err(BridgeError::Delivery {
+                        pipeline: self.pipeline.to_string(),
+                        topic: record.topic.to_string(),
+                        source: Box::new(source),
+                    });
                 }
             }
         }
@@ -327,13 +327,6 @@ impl Relay {
         }
     }
 
-    fn dead_lettered(&mut self, topic: &str, size: usize) {
-        self.topic_metrics(&Arc::from(topic))
-            .delivery_error("dead_lettered");
-        tracing::error!(pipeline = %self.pipeline, topic, size,
-            "record too large for Kafka: a stub went to the dead-letter topic instead");
-    }
-
     fn push_event(&mut self, p: Pending) {
         let encoded = p.encoded;
         self.event_count += 1;
@@ -350,19 +343,16 @@ impl Relay {
             wall_time_ms: self.last_wall_time_ms,
             event_count: self.event_count,
         };
-        let watch = DeliveryWatch {
-            shared: Arc::clone(&self.watch),
+        let deliveries = EventDeliveries {
+            context: Arc::clone(&self.context),
             topic_metrics: self.topic_metrics(&p.topic),
             event_time: (encoded.wall_time_ms, encoded.cluster_time),
             enqueued_at: Instant::now(),
+            deliveries: p.deliveries,
         };
         let operation_type = encoded.operation_type;
-        let deliveries = p.deliveries;
         self.window.push_event(p.bytes, async move {
-            watch
-                .wait(deliveries, &operation_type)
-                .await
-                .map(|()| position)
+            deliveries.wait(&operation_type).await.map(|()| position)
         });
     }
 
@@ -422,23 +412,36 @@ impl Relay {
     }
 
     /// Waits for in-flight deliveries up to the drain timeout, publishing each safe position,
-    /// then flushes the producer explicitly (its `Drop` would purge the queue).
+    /// then flushes the producer explicitly (its `Drop` would purge the queue). Ends by the
+    /// deadline whatever is still in flight, including an event waiting for room in the queue.
     async fn drain(mut self, pending: Option<Pending>) -> Result<(), BridgeError> {
         let deadline = Instant::now() + self.limits.drain_timeout;
         let mut pending = pending;
-        while !self.window.is_empty() || pending.is_some() {
+        loop {
             if let Some(p) = pending.take() {
                 pending = self.enqueue(p)?;
             }
+            if self.window.is_empty() && pending.is_none() {
+                break;
+            }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(remaining, self.window.next()).await {
+            let next = async {
+                match self.window.next().await {
+                    Some(done) => Some(done),
+                    // Nothing of ours in flight: wait for room in the queue, then try again.
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        None
+                    }
+                }
+            };
+            match tokio::time::timeout(remaining, next).await {
                 Ok(Some(done)) => self.complete(done?),
-                Ok(None) if pending.is_some() => tokio::time::sleep(Duration::from_millis(5)).await,
-                Ok(None) => break,
+                Ok(None) => {}
                 Err(_) => {
                     tracing::warn!(
                         pipeline = %self.pipeline,
-                        undelivered_events = self.window.events(),
+                        undelivered_events = self.window.events() + usize::from(pending.is_some()),
                         "drain timed out; the undelivered events will be read again after restart"
                     );
                     break;
@@ -453,3 +456,7 @@ impl Relay {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;

@@ -10,8 +10,13 @@
 //!   which closes the server cursor (`killCursors`).
 //! - Resuming uses `startAfter` (survives an invalidate), a first start `startAtOperationTime`
 //!   or the current time (<https://www.mongodb.com/docs/manual/changeStreams/#resume-a-change-stream>).
-//! - A collection scope on a view or a time-series collection is refused before the stream opens
-//!   ([`unwatchable`], case C23), whether or not the server itself would refuse it.
+//! - A collection scope on a view or a time-series collection is refused before the pipeline is
+//!   taken ([`unwatchable`], case C23), whether or not the server itself would refuse it.
+//! - No stream publishes the bridge's own offsets collection: a database or deployment scope
+//!   that covers it filters its events out on the server, before the user's stages
+//!   ([`stages`]); otherwise every commit would become an event, published, committed, forever.
+//! - A stored token the driver cannot take, or a token the driver reports that cannot be read
+//!   back, is an error, never a silent start elsewhere.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -26,16 +31,29 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
-use crate::error::BridgeError;
+use crate::encode::EncodeError;
+use crate::error::{BridgeError, CODE_UNKNOWN_STAGE, mongo_code};
 use crate::event::{SourceItem, timestamp_now};
 use crate::health::PipelineHealth;
 use crate::split::{Reassembler, SPLIT_STAGE};
+
+/// What a pipeline's change stream is: the pipeline's settings, and the bridge's own collection
+/// that the stream must leave out.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSpec<'a> {
+    /// The pipeline's settings.
+    pub pipeline: &'a PipelineConfig,
+    /// `[mongodb] offsets_database` and `offsets_collection`.
+    pub offsets: (&'a str, &'a str),
+    /// `maxAwaitTimeMS` of each `getMore`.
+    pub max_await: Duration,
+}
 
 /// Where a change stream starts.
 #[derive(Debug, Clone)]
 pub enum Start {
     /// `startAfter` this token (the committed position).
-    After(RawDocumentBuf),
+    After(ResumeToken),
     /// `startAtOperationTime`.
     AtOperationTime(Timestamp),
     /// The current time.
@@ -57,12 +75,42 @@ struct TokenWrapper {
     t: ResumeToken,
 }
 
-/// The driver's current resume token as a raw document, if any.
-pub fn current_token(stream: &RawStream) -> Option<RawDocumentBuf> {
-    let token = stream.resume_token()?;
-    let bytes = bson::to_vec(&bson::doc! { "t": bson::to_bson(&token).ok()? }).ok()?;
-    let doc = bson::RawDocument::from_bytes(&bytes).ok()?;
-    doc.get_document("t").ok().map(|d| d.to_raw_document_buf())
+/// The driver's current resume token as a raw document; `Ok(None)` when it has none yet.
+///
+/// Errors: [`EncodeError::Malformed`] when the token cannot be written as BSON.
+pub fn current_token(stream: &RawStream) -> Result<Option<RawDocumentBuf>, EncodeError> {
+    let Some(token) = stream.resume_token() else {
+        return Ok(None);
+    };
+    let malformed = |e: &dyn std::fmt::Display| {
+        EncodeError::Malformed(format!("the driver's resume token cannot be read: {e}"))
+    };
+    let wrapper = bson::to_raw_document_buf(&TokenRef { t: &token }).map_err(|e| malformed(&e))?;
+    let doc = wrapper.get_document("t").map_err(|e| malformed(&e))?;
+    Ok(Some(doc.to_raw_document_buf()))
+}
+
+#[derive(serde::Serialize)]
+struct TokenRef<'a> {
+    t: &'a ResumeToken,
+}
+
+/// The stages of the pipeline's stream: the exclusion of the bridge's offsets collection when
+/// the scope covers it, then the user's stages.
+pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
+    let p = spec.pipeline;
+    let (db, coll) = spec.offsets;
+    let covers_offsets = match (&p.database, &p.collection) {
+        (None, _) => true,
+        (Some(watched), None) => watched == db,
+        (Some(_), Some(_)) => false,
+    };
+    let mut stages = Vec::new();
+    if covers_offsets {
+        stages.push(bson::doc! { "$match": { "$nor": [ { "ns.db": db, "ns.coll": coll } ] } });
+    }
+    stages.extend(p.stages());
+    stages
 }
 
 fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStreamOptions {
@@ -84,7 +132,7 @@ fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStre
     options.full_document_before_change = before;
     options.max_await_time = Some(max_await);
     match start {
-        Start::After(token) => options.start_after = to_resume_token(token).ok(),
+        Start::After(token) => options.start_after = Some(token.clone()),
         Start::AtOperationTime(ts) => options.start_at_operation_time = Some(*ts),
         Start::Now => {}
     }
@@ -96,25 +144,22 @@ fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStre
 /// (code 40324, MongoDB < 7.0) opens it without. Returns the stream and whether it splits.
 pub async fn open_splitting(
     client: &Client,
-    p: &PipelineConfig,
+    spec: &StreamSpec<'_>,
     start: &Start,
-    max_await: Duration,
 ) -> Result<(RawStream, bool), mongodb::error::Error> {
-    let mut stages = p.stages();
+    let mut stages = stages(spec);
     stages.push(bson::doc! { SPLIT_STAGE: {} });
-    match open_with(client, p, stages, start, max_await).await {
+    match open_with(client, spec, stages, start).await {
         Ok(stream) => Ok((stream, true)),
-        Err(e) if crate::error::mongo_code(&e) == Some(UNKNOWN_STAGE) => {
-            tracing::info!(pipeline = %p.name, "server has no $changeStreamSplitLargeEvent: \
-                events over 16 MB will fail the pipeline (BSONObjectTooLarge)");
-            Ok((open(client, p, start, max_await).await?, false))
+        Err(e) if mongo_code(&e) == Some(CODE_UNKNOWN_STAGE) => {
+            tracing::info!(pipeline = %spec.pipeline.name, "server has no \
+                $changeStreamSplitLargeEvent: events over 16 MB will fail the pipeline \
+                (BSONObjectTooLarge)");
+            Ok((open(client, spec, start).await?, false))
         }
         Err(e) => Err(e),
     }
 }
-
-/// `Unrecognized pipeline stage name`.
-const UNKNOWN_STAGE: i32 = 40324;
 
 /// Why the collection of a collection-scope pipeline can never be watched (a view or a
 /// time-series collection, which MongoDB refuses with `CommandNotSupportedOnView` 166, case
@@ -156,21 +201,20 @@ pub async fn unwatchable(client: &Client, p: &PipelineConfig) -> Option<String> 
 /// Errors: the driver's error (auth, invalid stage, history lost, network), unclassified.
 pub async fn open(
     client: &Client,
-    p: &PipelineConfig,
+    spec: &StreamSpec<'_>,
     start: &Start,
-    max_await: Duration,
 ) -> Result<RawStream, mongodb::error::Error> {
-    open_with(client, p, p.stages(), start, max_await).await
+    open_with(client, spec, stages(spec), start).await
 }
 
 async fn open_with(
     client: &Client,
-    p: &PipelineConfig,
+    spec: &StreamSpec<'_>,
     stages: Vec<bson::Document>,
     start: &Start,
-    max_await: Duration,
 ) -> Result<RawStream, mongodb::error::Error> {
-    let options = options(p, start, max_await);
+    let p = spec.pipeline;
+    let options = options(p, start, spec.max_await);
     let stream = match (&p.database, &p.collection) {
         (Some(db), Some(coll)) => {
             let coll = client.database(db).collection::<bson::Document>(coll);
@@ -244,11 +288,10 @@ pub async fn run(
                     SourceItem::Event { raw, permit }
                 }
                 Ok(None) => continue,
-                Err(e) => {
-                    let reason = e.to_string();
-                    break Err(BridgeError::Encode {
+                Err(source) => {
+                    break Err(BridgeError::SplitEvent {
                         pipeline: pipeline.to_owned(),
-                        reason,
+                        source,
                     });
                 }
             },
@@ -261,14 +304,20 @@ pub async fn run(
             // a position past fragments not yet delivered.
             Ok(None) if split.is_pending() => continue,
             Ok(None) => match current_token(&stream) {
-                Some(token) if last_watermark.as_ref() != Some(&token) => {
+                Ok(Some(token)) if last_watermark.as_ref() != Some(&token) => {
                     last_watermark = Some(token.clone());
                     SourceItem::Watermark {
                         token,
                         position_time: timestamp_now(),
                     }
                 }
-                _ => continue,
+                Ok(_) => continue,
+                Err(source) => {
+                    break Err(BridgeError::Encode {
+                        pipeline: pipeline.to_owned(),
+                        source,
+                    });
+                }
             },
             Err(source) => {
                 break Err(BridgeError::Source {
@@ -289,4 +338,47 @@ pub async fn run(
     health.stream_open.store(false, Ordering::Relaxed);
     health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline(scope: &str) -> PipelineConfig {
+        let toml = format!(
+            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+             [[pipelines]]\nname = \"p\"\n{scope}pipeline = '[{{\"$match\": {{\"x\": 1}}}}]'\n"
+        );
+        crate::Config::from_toml(&toml, std::iter::empty())
+            .expect("valid")
+            .pipelines
+            .remove(0)
+    }
+
+    fn spec(p: &PipelineConfig) -> StreamSpec<'_> {
+        StreamSpec {
+            pipeline: p,
+            offsets: ("mkb", "offsets"),
+            max_await: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn scopes_that_cover_the_offsets_collection_leave_it_out_first() {
+        let exclusion = bson::doc! {
+            "$match": { "$nor": [ { "ns.db": "mkb", "ns.coll": "offsets" } ] }
+        };
+        let user = bson::doc! { "$match": { "x": 1 } };
+        let deployment = pipeline("");
+        assert_eq!(
+            stages(&spec(&deployment)),
+            vec![exclusion.clone(), user.clone()]
+        );
+        let offsets_db = pipeline("database = \"mkb\"\n");
+        assert_eq!(stages(&spec(&offsets_db)), vec![exclusion, user.clone()]);
+        let other_db = pipeline("database = \"shop\"\n");
+        assert_eq!(stages(&spec(&other_db)), vec![user.clone()]);
+        let coll = pipeline("database = \"mkb\"\ncollection = \"orders\"\n");
+        assert_eq!(stages(&spec(&coll)), vec![user]);
+    }
 }

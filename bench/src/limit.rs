@@ -182,12 +182,12 @@ pub async fn save_token(servers: &Servers, out: &Path) -> anyhow::Result<String>
         .database(&servers.db)
         .collection::<Document>(&servers.coll);
     let mut stream = coll.watch().await?.with_type::<RawDocumentBuf>();
-    let mut token = current_token(&stream);
+    let mut token = current_token(&stream)?;
     while token.is_none() {
         if stream.next_if_any().await?.is_some() {
             anyhow::bail!("the collection is being written to; save the token before the load");
         }
-        token = current_token(&stream);
+        token = current_token(&stream)?;
     }
     let token = token.ok_or_else(|| anyhow::anyhow!("no resume token"))?;
     std::fs::write(out, token.as_bytes())?;

@@ -1,64 +1,70 @@
-//! The Kafka half of `check`: reachability, target topics or auto-creation, and the topics'
-//! `max.message.bytes` against the largest documents of the watched collections.
+//! The Kafka half of `check`: the producer librdkafka builds from the configuration,
+//! reachability, each target topic (partitions and `cleanup.policy`, or who would create it),
+//! and the topics' `max.message.bytes` against the largest documents of the watched collections.
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::admin::ResourceSpecifier;
 
-use super::{CHECK_TIMEOUT, CheckLine, Largest, known_topic, line};
+use super::{CHECK_TIMEOUT, CheckLine, Largest, line, warning};
 use crate::config::{Config, PipelineConfig};
+use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
+use crate::kafka::context::KafkaContext;
+use crate::kafka::sink::KafkaSink;
+use crate::kafka::topics;
 
 /// Bytes a record adds to its document copies: key, headers, the change event's other fields.
 const RECORD_OVERHEAD: u64 = 1024;
 /// librdkafka's default `message.max.bytes`.
 const PRODUCER_DEFAULT_MAX: u64 = 1_000_000;
 
+/// What the broker says about topic creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AutoCreate {
+    On,
+    Off,
+    Unknown,
+}
+
 pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine> {
-    let mut client_config = admin_config(config);
-    client_config.set("socket.timeout.ms", "5000");
-    let consumer: Result<BaseConsumer, _> = client_config.create();
-    let consumer = match consumer {
-        Ok(c) => c,
-        Err(e) => return vec![line(false, format!("Kafka client cannot be created: {e}"))],
+    let mut lines = vec![producer_line(config)];
+    let admin = match KafkaAdmin::new(&config.kafka) {
+        Ok(admin) => admin,
+        Err(e) => {
+            let text = format!(
+                "Kafka client cannot be created: {}",
+                config.redact(&e.to_string())
+            );
+            lines.push(line(false, text));
+            return lines;
+        }
     };
-    let metadata = tokio::task::spawn_blocking(move || {
-        consumer.fetch_metadata(None, CHECK_TIMEOUT).map(|m| {
-            let brokers = m.brokers().len();
-            let topics: Vec<String> = m.topics().iter().map(|t| t.name().to_owned()).collect();
-            let broker_id = m.brokers().first().map(|b| b.id());
-            (brokers, topics, broker_id)
-        })
-    })
-    .await;
-    let Ok(Ok((brokers, topics, broker_id))) = metadata else {
+    let Ok(cluster) = admin.metadata(CHECK_TIMEOUT).await else {
         let text = format!(
             "Kafka at {} unreachable. Remedy: check kafka.bootstrap_servers and the security \
              properties in [kafka.properties]",
             config.kafka.bootstrap_servers
         );
-        return vec![line(false, text)];
+        lines.push(line(false, text));
+        return lines;
     };
-    let mut lines = vec![line(true, format!("Kafka reachable ({brokers} broker(s))"))];
-    let broker = match broker_id {
+    lines.push(line(
+        true,
+        format!("Kafka reachable ({} broker(s))", cluster.brokers),
+    ));
+    let broker = match cluster.broker_id {
         Some(id) => {
-            describe(
-                config,
-                ResourceSpecifier::Broker(id),
-                &["auto.create.topics.enable", "message.max.bytes"],
-            )
-            .await
+            let keys = ["auto.create.topics.enable", "message.max.bytes"];
+            admin.describe(ResourceSpecifier::Broker(id), &keys).await
         }
         None => vec![None, None],
     };
-    let auto_create = broker[0].as_deref().map(|v| v == "true");
+    let auto = match broker[0].as_deref() {
+        Some("true") => AutoCreate::On,
+        Some(_) => AutoCreate::Off,
+        None => AutoCreate::Unknown,
+    };
     let broker_max = broker[1].as_deref().and_then(|v| v.parse::<u64>().ok());
     for p in &config.pipelines {
-        lines.push(topic_line(
-            p,
-            &config.kafka.topic_prefix,
-            &topics,
-            auto_create,
-        ));
+        lines.push(topic_line(config, p, &cluster, &admin, auto).await);
     }
     let producer_max = config
         .kafka
@@ -67,13 +73,11 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
         .and_then(|v| v.to_string().parse::<u64>().ok())
         .unwrap_or(PRODUCER_DEFAULT_MAX);
     for l in largest {
-        let topic_max = if topics.contains(&l.topic) {
-            describe(
-                config,
-                ResourceSpecifier::Topic(&l.topic),
-                &["max.message.bytes"],
-            )
-            .await[0]
+        let topic_max = if cluster.topics.iter().any(|t| t.name == l.topic) {
+            let keys = ["max.message.bytes"];
+            admin
+                .describe(ResourceSpecifier::Topic(&l.topic), &keys)
+                .await[0]
                 .as_deref()
                 .and_then(|v| v.parse::<u64>().ok())
         } else {
@@ -82,6 +86,97 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
         lines.push(size_line(l, topic_max, producer_max));
     }
     lines
+}
+
+/// Builds the pipelines' producer as `run` does (then drops it, off the runtime).
+fn producer_line(config: &Config) -> CheckLine {
+    match KafkaSink::new(&config.kafka, KafkaContext::default()) {
+        Ok(_producer) => line(
+            true,
+            "Kafka producer configuration accepted by librdkafka (idempotent, acks=all)",
+        ),
+        Err(e) => line(
+            false,
+            format!(
+                "librdkafka refuses the producer configuration: {}. Remedy: fix \
+                 [kafka.properties]",
+                config.redact(&e.to_string())
+            ),
+        ),
+    }
+}
+
+/// The pipeline's target topic: its partitions and `cleanup.policy` when it exists, else who
+/// would create it (the bridge, the broker's auto-creation, nobody).
+async fn topic_line(
+    config: &Config,
+    p: &PipelineConfig,
+    cluster: &ClusterInfo,
+    admin: &KafkaAdmin,
+    auto: AutoCreate,
+) -> CheckLine {
+    let prefix = &config.kafka.topic_prefix;
+    let creation = &config.kafka.topic_creation;
+    let known = topics::known(p, prefix);
+    let what = known.as_ref().map_or_else(
+        || format!("one topic per collection ({prefix}<db>.<coll>)"),
+        |t| format!("topic {t:?}"),
+    );
+    if let Some(info) = known
+        .as_ref()
+        .and_then(|t| cluster.topics.iter().find(|i| &i.name == t))
+    {
+        let policy = admin
+            .describe(ResourceSpecifier::Topic(&info.name), &["cleanup.policy"])
+            .await
+            .remove(0)
+            .unwrap_or_else(|| "unknown".to_owned());
+        return line(
+            true,
+            format!(
+                "pipeline {}: {what} exists ({} partition{}, cleanup.policy={policy})",
+                p.name,
+                info.partitions,
+                if info.partitions == 1 { "" } else { "s" }
+            ),
+        );
+    }
+    let missing = if known.is_some() {
+        "does not exist yet"
+    } else {
+        "is created on first use"
+    };
+    let create = "create the topics yourself (kafka-topics.sh --create --topic T --partitions N, \
+                  --config cleanup.policy=compact for a latest-state topic) or set \
+                  [kafka.topic_creation] enabled = true";
+    match (creation.enabled, auto) {
+        (true, _) => line(
+            true,
+            format!(
+                "pipeline {}: {what} {missing}; the bridge creates it ({} partitions, replication \
+                 factor {}, cleanup.policy={})",
+                p.name, creation.partitions, creation.replication_factor, creation.cleanup_policy
+            ),
+        ),
+        (false, AutoCreate::Off) => line(
+            false,
+            format!(
+                "pipeline {}: {what} {missing} and the broker's auto-creation is off. Remedy: \
+                 {create}",
+                p.name
+            ),
+        ),
+        (false, auto) => warning(format!(
+            "pipeline {}: {what} {missing}: relying on the broker's auto-creation ({}), with its \
+             default partition count and cleanup.policy=delete. Remedy: {create}",
+            p.name,
+            if auto == AutoCreate::On {
+                "auto.create.topics.enable=true"
+            } else {
+                "auto.create.topics.enable unknown"
+            }
+        )),
+    }
 }
 
 fn size_line(l: &Largest, topic_max: Option<u64>, producer_max: u64) -> CheckLine {
@@ -116,98 +211,6 @@ fn size_line(l: &Largest, topic_max: Option<u64>, producer_max: u64) -> CheckLin
     }
 }
 
-fn topic_line(
-    p: &PipelineConfig,
-    prefix: &str,
-    topics: &[String],
-    auto: Option<bool>,
-) -> CheckLine {
-    let auto_text = match auto {
-        Some(true) => "broker auto-creates topics",
-        Some(false) => "broker auto-creation is off",
-        None => "broker auto-creation unknown",
-    };
-    match known_topic(p, prefix) {
-        Some(topic) if topics.contains(&topic) => {
-            line(true, format!("pipeline {}: topic {topic:?} exists", p.name))
-        }
-        Some(topic) if auto == Some(false) => line(
-            false,
-            format!(
-                "pipeline {}: topic {topic:?} does not exist and {auto_text}. Remedy: create it \
-             (kafka-topics.sh --create --topic {topic} --partitions N)",
-                p.name
-            ),
-        ),
-        Some(topic) => line(
-            true,
-            format!(
-                "pipeline {}: topic {topic:?} does not exist yet; {auto_text}",
-                p.name
-            ),
-        ),
-        None if auto == Some(false) => line(
-            false,
-            format!(
-                "pipeline {}: writes one topic per collection ({prefix}<db>.<coll>) and {auto_text}. \
-             Remedy: create the topics or set `topic`",
-                p.name
-            ),
-        ),
-        None => line(
-            true,
-            format!(
-                "pipeline {}: one topic per collection ({prefix}<db>.<coll>); {auto_text}",
-                p.name
-            ),
-        ),
-    }
-}
-
-/// The values of `keys` in the configuration of `resource`, `None` each where unknown.
-async fn describe(
-    config: &Config,
-    resource: ResourceSpecifier<'_>,
-    keys: &[&str],
-) -> Vec<Option<String>> {
-    let unknown = vec![None; keys.len()];
-    let Ok(admin) = admin_config(config).create::<AdminClient<DefaultClientContext>>() else {
-        return unknown;
-    };
-    let options = AdminOptions::new().request_timeout(Some(CHECK_TIMEOUT));
-    let Ok(results) = admin.describe_configs([&resource], &options).await else {
-        return unknown;
-    };
-    let Some(Ok(found)) = results.into_iter().next() else {
-        return unknown;
-    };
-    keys.iter()
-        .map(|k| found.get(k).and_then(|e| e.value.clone()))
-        .collect()
-}
-
-/// A client config for metadata and admin calls: bootstrap servers plus the connection and
-/// security properties of `[kafka.properties]` (producer-only ones would only cause warnings).
-fn admin_config(config: &Config) -> rdkafka::ClientConfig {
-    let mut out = rdkafka::ClientConfig::new();
-    out.set("bootstrap.servers", &config.kafka.bootstrap_servers);
-    let shared = [
-        "security.",
-        "sasl.",
-        "ssl.",
-        "socket.",
-        "broker.",
-        "client.",
-        "api.version",
-    ];
-    for (key, value) in &config.kafka.properties {
-        if shared.iter().any(|prefix| key.starts_with(prefix)) {
-            out.set(key, value.to_string());
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,9 +227,9 @@ mod tests {
 
     #[test]
     fn sizes_compare_against_the_smaller_limit_with_a_remedy() {
-        assert!(size_line(&largest(1000, 2), Some(1_048_588), PRODUCER_DEFAULT_MAX).ok);
+        assert!(size_line(&largest(1000, 2), Some(1_048_588), PRODUCER_DEFAULT_MAX).ok());
         let too_big = size_line(&largest(600_000, 2), Some(1_048_588), PRODUCER_DEFAULT_MAX);
-        assert!(!too_big.ok);
+        assert!(!too_big.ok());
         assert!(
             too_big.text.contains("producer message.max.bytes 1000000"),
             "{}",
@@ -234,6 +237,6 @@ mod tests {
         );
         assert!(too_big.text.contains("Remedy"), "{}", too_big.text);
         let small_topic = size_line(&largest(60_000, 1), Some(50_000), PRODUCER_DEFAULT_MAX);
-        assert!(!small_topic.ok && small_topic.text.contains("topic max.message.bytes 50000"));
+        assert!(!small_topic.ok() && small_topic.text.contains("topic max.message.bytes 50000"));
     }
 }

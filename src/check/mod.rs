@@ -1,18 +1,21 @@
 //! `check`: a preflight. Connects to MongoDB and Kafka with the configuration and prints one
-//! ✔/✘ line per check with the remedy: deployment type; privileges on each watched namespace and
-//! on the offsets collection (a majority write that matches nothing); pre-/post-images where
-//! configured; the oplog window against `--min-oplog-window-hours`; each pipeline's offsets
-//! document; Kafka reachability; each target topic or auto-creation; the topics'
-//! `max.message.bytes` against the largest documents of each watched collection.
+//! ✔/⚠/✘ line per check with the remedy: deployment type (and a `replicaSet` the servers do not
+//! belong to); privileges on each watched namespace and on the offsets collection (a majority
+//! write that matches nothing); pre-/post-images where configured; the oplog window against
+//! `--min-oplog-window-hours`; each pipeline's offsets document; the producer librdkafka builds
+//! from `[kafka.properties]`; Kafka reachability; each target topic (its partitions and
+//! `cleanup.policy`) or who would create it; the topics' `max.message.bytes` against the largest
+//! documents of each watched collection.
 //!
-//! Exit code 0 when all pass, 1 when one fails (2 is a config error, decided before this runs).
+//! Exit code 0 when nothing fails (warnings included), 1 when one fails (2 is a config error,
+//! decided before this runs: the configuration `run` would refuse, `check` refuses too).
 //!
 //! Invariants: every network call is bounded in time ([`CHECK_TIMEOUT`]); nothing is written
 //! anywhere (the offsets write probe matches no document); no line contains a secret.
 
 use std::time::Duration;
 
-use crate::config::{Config, PipelineConfig};
+use crate::config::Config;
 use crate::error::BridgeError;
 
 mod kafka;
@@ -23,24 +26,56 @@ mod state;
 /// Bound of each network check.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Passed (`✔`).
+    Pass,
+    /// Passed, but something deserves attention before relying on it (`⚠`).
+    Warn,
+    /// Failed (`✘`): `run` would fail or lose a guarantee.
+    Fail,
+}
+
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckLine {
-    /// Passed?
-    pub ok: bool,
+    /// How it came out.
+    pub level: Level,
     /// What was checked and what was found, or the remedy.
     pub text: String,
 }
 
-impl std::fmt::Display for CheckLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", if self.ok { "✔" } else { "✘" }, self.text)
+impl CheckLine {
+    /// Whether the check did not fail (a warning passes).
+    pub fn ok(&self) -> bool {
+        self.level != Level::Fail
     }
 }
 
+impl std::fmt::Display for CheckLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = match self.level {
+            Level::Pass => "✔",
+            Level::Warn => "⚠",
+            Level::Fail => "✘",
+        };
+        write!(f, "{mark} {}", self.text)
+    }
+}
+
+/// A passed (`ok`) or failed check.
 pub(crate) fn line(ok: bool, text: impl Into<String>) -> CheckLine {
     CheckLine {
-        ok,
+        level: if ok { Level::Pass } else { Level::Fail },
+        text: text.into(),
+    }
+}
+
+/// A check that passed with a warning.
+pub(crate) fn warning(text: impl Into<String>) -> CheckLine {
+    CheckLine {
+        level: Level::Warn,
         text: text.into(),
     }
 }
@@ -86,16 +121,6 @@ pub async fn run_with(
     lines.extend(mongo_lines);
     lines.extend(kafka::check(config, &largest).await);
     Ok(lines)
-}
-
-/// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
-/// collection scope).
-pub fn known_topic(p: &PipelineConfig, prefix: &str) -> Option<String> {
-    match (&p.topic, &p.database, &p.collection) {
-        (Some(topic), _, _) => Some(topic.clone()),
-        (None, Some(db), Some(coll)) => Some(format!("{prefix}{db}.{coll}")),
-        _ => None,
-    }
 }
 
 /// A duration as `1h02m`, `3m20s` or `45s`.

@@ -8,11 +8,10 @@ use mongodb::Client;
 use mongodb::options::WriteConcern;
 
 use super::{CHECK_TIMEOUT, CheckLine, CheckOptions, Largest, human, line, state};
-use crate::app::mongo_client_with;
 use crate::config::{Config, PipelineConfig};
 use crate::error::{BridgeError, report};
-use crate::history::{OplogBounds, oplog_bounds};
-use crate::source::{self, Start};
+use crate::history::{OplogBounds, OplogUnknown, PRIVILEGE_HINT, oplog_bounds};
+use crate::source::{self, Start, StreamSpec};
 
 /// Runs the MongoDB checks; also returns the largest document per watched collection.
 pub(super) async fn check(
@@ -21,7 +20,7 @@ pub(super) async fn check(
 ) -> Result<(Vec<CheckLine>, Vec<Largest>), BridgeError> {
     let secrets = config.secrets();
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let client = mongo_client_with(config, |o| {
+    let client = crate::mongo::client_with(config, |o| {
         o.server_selection_timeout = Some(CHECK_TIMEOUT);
         o.connect_timeout = Some(CHECK_TIMEOUT);
     })
@@ -35,6 +34,9 @@ pub(super) async fn check(
         Err(e) => {
             let at = config.mongodb.uri.redacted();
             let at = at.split('?').next().unwrap_or("");
+            if let Some(mismatch) = crate::mongo::replica_set_mismatch(config).await {
+                return Ok((vec![line(false, mismatch.to_string())], Vec::new()));
+            }
             let text = if crate::error::is_auth_failure(&e) {
                 format!(
                     "MongoDB at {at}: {}. Remedy: check the user, password and authSource in \
@@ -71,7 +73,7 @@ pub(super) async fn check(
     lines.push(window_line(&bounds, options.min_oplog_window));
     let mut largest = Vec::new();
     for p in &config.pipelines {
-        lines.push(check_stream(&client, p, &secrets).await);
+        lines.push(check_stream(&client, config, p, &secrets).await);
         if let Some(l) = state::images_line(&client, p).await {
             lines.push(l);
         }
@@ -202,7 +204,7 @@ async fn check_offsets_write(client: &Client, config: &Config, secrets: &[&str])
     }
 }
 
-fn window_line(bounds: &Result<OplogBounds, String>, min: Duration) -> CheckLine {
+fn window_line(bounds: &Result<OplogBounds, OplogUnknown>, min: Duration) -> CheckLine {
     let remedy = "Remedy: grow the oplog (replSetResizeOplog) or set oplogMinRetentionHours";
     match bounds {
         Ok(b) => {
@@ -233,23 +235,37 @@ fn window_line(bounds: &Result<OplogBounds, String>, min: Duration) -> CheckLine
             true,
             format!("oplog window unknown ({reason}); no minimum set"),
         ),
-        Err(reason) => line(
-            false,
-            format!(
-                "oplog window unknown ({reason}), minimum {} not verifiable. Remedy: grant find on \
-             local.oplog.rs (clusterMonitor) or check on a replica set member",
-                human(min.as_secs())
-            ),
-        ),
+        Err(reason) => {
+            let remedy = if reason.refused {
+                format!(" Remedy: {PRIVILEGE_HINT}, or check on a replica set member")
+            } else {
+                String::new()
+            };
+            line(
+                false,
+                format!(
+                    "oplog window unknown ({reason}), minimum {} not verifiable.{remedy}",
+                    human(min.as_secs())
+                ),
+            )
+        }
     }
 }
 
-async fn check_stream(client: &Client, p: &PipelineConfig, secrets: &[&str]) -> CheckLine {
-    let opened = tokio::time::timeout(
-        CHECK_TIMEOUT,
-        source::open(client, p, &Start::Now, Duration::from_millis(100)),
-    )
-    .await;
+async fn check_stream(
+    client: &Client,
+    config: &Config,
+    p: &PipelineConfig,
+    secrets: &[&str],
+) -> CheckLine {
+    let m = &config.mongodb;
+    let spec = StreamSpec {
+        pipeline: p,
+        offsets: (&m.offsets_database, &m.offsets_collection),
+        max_await: Duration::from_millis(100),
+    };
+    let opened =
+        tokio::time::timeout(CHECK_TIMEOUT, source::open(client, &spec, &Start::Now)).await;
     match opened {
         Ok(Ok(_stream)) => line(
             true,

@@ -4,9 +4,12 @@
 use bson::{Bson, DateTime, Document, doc};
 use mongodb::Client;
 
-use super::{CHECK_TIMEOUT, CheckLine, Largest, human, known_topic, line};
+use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
 use crate::history::OplogBounds;
+use crate::kafka::topics;
+use crate::offsets::OffsetsDoc;
+use crate::offsets::admin::OffsetsAdmin;
 
 /// Collections of a database-scoped pipeline whose sizes are checked, at most.
 const MAX_COLLECTIONS: usize = 20;
@@ -88,16 +91,14 @@ pub(super) async fn offsets_line(
     p: &PipelineConfig,
     bounds: Option<&OplogBounds>,
 ) -> CheckLine {
-    let m = &config.mongodb;
-    let found = client
-        .database(&m.offsets_database)
-        .collection::<Document>(&m.offsets_collection)
-        .find_one(doc! { "_id": &p.name })
-        .max_time(CHECK_TIMEOUT)
-        .await;
+    let found = tokio::time::timeout(
+        CHECK_TIMEOUT,
+        OffsetsAdmin::new(client, &config.mongodb).find(&p.name),
+    )
+    .await;
     let d = match found {
-        Ok(Some(d)) => d,
-        Ok(None) => {
+        Ok(Ok(Some(d))) => d,
+        Ok(Ok(None)) => {
             return line(
                 true,
                 format!(
@@ -106,47 +107,39 @@ pub(super) async fn offsets_line(
                 ),
             );
         }
-        Err(_) => {
+        _ => {
             return line(
                 false,
                 format!("pipeline {}: offsets document cannot be read", p.name),
             );
         }
     };
-    if !matches!(d.get("epoch"), Some(Bson::Int64(_) | Bson::Int32(_))) {
-        return line(
-            false,
-            format!(
-                "pipeline {}: offsets document is invalid (epoch is not an integer). Remedy: \
-             mongo-kafka-bridge offsets reset {} --delete",
-                p.name, p.name
-            ),
-        );
-    }
-    let has_token = matches!(d.get("resumeToken"), Some(Bson::Document(_)));
-    let position = if has_token {
-        d.get_timestamp("positionTime")
-            .or(d.get_timestamp("clusterTime"))
-    } else {
-        d.get_timestamp("startAtOperationTime")
-    }
-    .ok();
-    let kind = if has_token {
-        "resume token"
-    } else {
-        "startAtOperationTime"
-    };
-    let lease = match d.get_datetime("leaseUntil") {
-        Ok(t) if t.timestamp_millis() > DateTime::now().timestamp_millis() => {
-            format!(
-                "held by {} until {}",
-                d.get_str("owner").unwrap_or("?"),
-                crate::event::rfc3339_seconds(t.timestamp_millis() / 1000)
-            )
+    let parsed = match OffsetsDoc::parse(&d) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            return line(
+                false,
+                format!(
+                    "pipeline {}: offsets document is invalid ({reason}). Remedy: \
+                     mongo-kafka-bridge offsets reset {} --delete",
+                    p.name, p.name
+                ),
+            );
         }
-        _ => "no live owner".to_owned(),
     };
-    let Some(at) = position else {
+    let position = parsed.position();
+    let kind = match position {
+        Some(("token", _)) => "resume token",
+        _ => "startAtOperationTime",
+    };
+    let lease = match parsed.live_owner(DateTime::now()) {
+        Some((owner, until)) => format!(
+            "held by {owner} until {}",
+            crate::event::rfc3339_seconds(until.timestamp_millis() / 1000)
+        ),
+        None => "no live owner".to_owned(),
+    };
+    let Some((_, at)) = position else {
         return line(
             true,
             format!(
@@ -239,10 +232,7 @@ pub(super) async fn largest_documents(
         let topic = p
             .topic
             .clone()
-            .unwrap_or_else(|| format!("{prefix}{db}.{coll}"));
-        debug_assert!(
-            p.collection.is_none() || known_topic(p, prefix).as_deref() == Some(topic.as_str())
-        );
+            .unwrap_or_else(|| topics::for_namespace(prefix, db, Some(&coll)));
         out.push(Largest {
             pipeline: p.name.clone(),
             namespace: format!("{db}.{coll}"),

@@ -12,11 +12,6 @@ use super::{
 };
 use crate::error::BridgeError;
 
-/// librdkafka's default `queue.buffering.max.messages`.
-const RDKAFKA_QUEUE_MESSAGES: i64 = 100_000;
-/// librdkafka's default `queue.buffering.max.kbytes`.
-const RDKAFKA_QUEUE_KBYTES: i64 = 1_048_576;
-
 fn err(field: impl Into<String>, reason: impl Into<String>) -> BridgeError {
     BridgeError::Config {
         field: field.into(),
@@ -181,9 +176,30 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     if config.pipelines.is_empty() {
         return Err(err("pipelines", "add at least one [[pipelines]] entry"));
     }
+    if crate::kafka::topics::is_internal(&config.kafka.topic_prefix) {
+        return Err(err(
+            "kafka.topic_prefix",
+            "names starting with __ are Kafka's and the bridge's internal topics: choose another \
+             prefix",
+        ));
+    }
     let mut names = HashSet::new();
     for (i, p) in config.pipelines.iter().enumerate() {
-        validate_pipeline(&format!("pipelines[{i}]"), p)?;
+        let at = format!("pipelines[{i}]");
+        validate_pipeline(&at, p)?;
+        let m = &config.mongodb;
+        if p.database.as_deref() == Some(m.offsets_database.as_str())
+            && p.collection.as_deref() == Some(m.offsets_collection.as_str())
+        {
+            return Err(err(
+                format!("{at}.collection"),
+                format!(
+                    "{}.{} is the bridge's own offsets collection: watch another collection, or \
+                     move the offsets (mongodb.offsets_database / offsets_collection)",
+                    m.offsets_database, m.offsets_collection
+                ),
+            ));
+        }
         if !names.insert(p.name.as_str()) {
             return Err(err(
                 format!("pipelines[{i}].name"),
@@ -203,6 +219,10 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
         ("bridge.max_await_time_ms", b.max_await_time_ms),
         ("bridge.max_restart_backoff_ms", b.max_restart_backoff_ms),
         (
+            "bridge.persistent_error_attempts",
+            u64::from(b.persistent_error_attempts),
+        ),
+        (
             "bridge.ready_max_delivery_age_ms",
             b.ready_max_delivery_age_ms,
         ),
@@ -211,6 +231,15 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
         if value == 0 {
             return Err(err(field, "must be greater than 0"));
         }
+    }
+    if b.liveness_timeout_ms < 2000 {
+        return Err(err(
+            "bridge.liveness_timeout_ms",
+            format!(
+                "{} ms is shorter than a pipeline loop's tick: use at least 2000",
+                b.liveness_timeout_ms
+            ),
+        ));
     }
     if b.worker_threads > 1024 {
         return Err(err(
@@ -224,12 +253,13 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
     Ok(())
 }
 
-fn property_i64(config: &Config, key: &str, default: i64) -> Result<i64, BridgeError> {
+fn property_i64(config: &Config, key: &str) -> Result<Option<i64>, BridgeError> {
     match config.kafka.properties.get(key) {
-        None => Ok(default),
+        None => Ok(None),
         Some(v) => v
             .to_string()
             .parse()
+            .map(Some)
             .map_err(|_| err(format!("kafka.properties.\"{key}\""), "must be an integer")),
     }
 }
@@ -266,26 +296,53 @@ fn validate_properties(config: &Config) -> Result<(), BridgeError> {
             return Err(err(field, reason));
         }
     }
-    let b = &config.bridge;
-    let queue_messages = property_i64(
-        config,
-        "queue.buffering.max.messages",
-        RDKAFKA_QUEUE_MESSAGES,
-    )?;
-    if (b.max_in_flight_events as i64).saturating_mul(2) > queue_messages {
-        return Err(err(
-            "bridge.max_in_flight_events",
+    // The in-flight bounds derive from these (Config::in_flight_bounds).
+    for key in ["queue.buffering.max.messages", "queue.buffering.max.kbytes"] {
+        property_i64(config, key)?;
+    }
+    // Then librdkafka itself judges every name and value, so `check` and `run` agree.
+    crate::kafka::validate_properties(&config.kafka).map_err(|reason| {
+        err(
+            "kafka.properties",
             format!(
-                "with tombstones each event may need 2 records: keep it at most half of \
-                 queue.buffering.max.messages ({queue_messages})"
+                "{}. Remedy: fix the property's name or value (librdkafka CONFIGURATION.md)",
+                config.redact(&reason)
             ),
+        )
+    })?;
+    validate_topic_creation(config)
+}
+
+fn validate_topic_creation(config: &Config) -> Result<(), BridgeError> {
+    let t = &config.kafka.topic_creation;
+    if !t.enabled {
+        return Ok(());
+    }
+    if t.partitions < 1 {
+        return Err(err(
+            "kafka.topic_creation.partitions",
+            "set the partition count of the topics the bridge creates (at least 1)",
         ));
     }
-    let queue_kbytes = property_i64(config, "queue.buffering.max.kbytes", RDKAFKA_QUEUE_KBYTES)?;
-    if b.max_in_flight_bytes as i64 > queue_kbytes.saturating_mul(1024) {
+    if t.replication_factor == 0 || t.replication_factor < -1 {
         return Err(err(
-            "bridge.max_in_flight_bytes",
-            format!("must not exceed queue.buffering.max.kbytes ({queue_kbytes} KiB)"),
+            "kafka.topic_creation.replication_factor",
+            "use -1 (the broker's default.replication.factor) or at least 1",
+        ));
+    }
+    if !matches!(
+        t.cleanup_policy.as_str(),
+        "delete" | "compact" | "compact,delete" | "delete,compact"
+    ) {
+        return Err(err(
+            "kafka.topic_creation.cleanup_policy",
+            "use \"delete\", \"compact\" or \"compact,delete\"",
+        ));
+    }
+    if t.configs.contains_key("cleanup.policy") {
+        return Err(err(
+            "kafka.topic_creation.configs.\"cleanup.policy\"",
+            "set kafka.topic_creation.cleanup_policy instead",
         ));
     }
     Ok(())
@@ -326,6 +383,16 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             return Err(err(
                 format!("{at}.{key}"),
                 "Kafka topic names use 1–249 of [A-Za-z0-9._-]",
+            ));
+        }
+        if topic
+            .as_deref()
+            .is_some_and(crate::kafka::topics::is_internal)
+        {
+            return Err(err(
+                format!("{at}.{key}"),
+                "names starting with __ are Kafka's and the bridge's internal topics: choose \
+                 another name",
             ));
         }
     }

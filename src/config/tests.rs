@@ -510,51 +510,61 @@ fn gapless_guarantee_must_be_a_boolean() {
 }
 
 #[test]
-fn in_flight_events_must_fit_twice_in_the_producer_queue() {
+fn in_flight_events_are_bounded_by_half_the_producer_queue() {
     // GIVEN a queue of 15000 messages and the default 10000 events in flight (2 records each)
-    assert_rejected(
-        &with_property("\"queue.buffering.max.messages\" = 15000"),
-        "bridge.max_in_flight_events",
-        "at most half of queue.buffering.max.messages (15000)",
-    );
-    // exactly half fits
+    let config = parse(&with_property("\"queue.buffering.max.messages\" = 15000")).expect("valid");
+    // THEN the pipeline keeps at most 7500 events in flight
+    assert_eq!(config.in_flight_bounds().events, 7500);
+    // exactly half: the configured bound holds
     let text = with_kafka(
         "[kafka.properties]\n\"queue.buffering.max.messages\" = 20000",
         "[bridge]\nmax_in_flight_events = 10000\n",
     );
-    parse(&text).expect("2 × 10000 ≤ 20000");
-    // one more does not
+    assert_eq!(
+        parse(&text).expect("valid").in_flight_bounds().events,
+        10000
+    );
+    // one more is lowered to half the queue
     let text = with_kafka(
         "[kafka.properties]\n\"queue.buffering.max.messages\" = 20000",
         "[bridge]\nmax_in_flight_events = 10001\n",
     );
-    assert_rejected(&text, "bridge.max_in_flight_events", "(20000)");
-    // against librdkafka's default of 100000
-    assert_rejected(
-        &valid_with("[bridge]\nmax_in_flight_events = 50001\n"),
-        "bridge.max_in_flight_events",
-        "(100000)",
+    assert_eq!(
+        parse(&text).expect("valid").in_flight_bounds().events,
+        10000
     );
+    // against librdkafka's default of 100000
+    let config = parse(&valid_with("[bridge]\nmax_in_flight_events = 50001\n")).expect("valid");
+    assert_eq!(config.in_flight_bounds().events, 50000);
+    // a tiny queue the user chose is respected
+    let config = parse(&with_property("\"queue.buffering.max.messages\" = 100")).expect("valid");
+    assert_eq!(config.in_flight_bounds().events, 50);
 }
 
 #[test]
-fn in_flight_bytes_must_fit_in_the_producer_queue() {
+fn in_flight_bytes_are_bounded_by_the_producer_queue() {
     // GIVEN a 1 MiB queue and the default 16 MiB in flight
-    assert_rejected(
-        &with_property("\"queue.buffering.max.kbytes\" = 1024"),
-        "bridge.max_in_flight_bytes",
-        "must not exceed queue.buffering.max.kbytes (1024 KiB)",
-    );
+    let config = parse(&with_property("\"queue.buffering.max.kbytes\" = 1024")).expect("valid");
+    assert_eq!(config.in_flight_bounds().bytes, 1_048_576);
     let text = with_kafka(
         "[kafka.properties]\n\"queue.buffering.max.kbytes\" = 1024",
         "[bridge]\nmax_in_flight_bytes = 1048576\n",
     );
-    parse(&text).expect("1 MiB fits in 1024 KiB");
+    assert_eq!(
+        parse(&text).expect("valid").in_flight_bounds().bytes,
+        1_048_576
+    );
     let text = with_kafka(
         "[kafka.properties]\n\"queue.buffering.max.kbytes\" = 1024",
         "[bridge]\nmax_in_flight_bytes = 1048577\n",
     );
-    assert_rejected(&text, "bridge.max_in_flight_bytes", "(1024 KiB)");
+    assert_eq!(
+        parse(&text).expect("valid").in_flight_bounds().bytes,
+        1_048_576
+    );
+    // the defaults: 16 MiB under librdkafka's 1 GiB queue
+    let config = parse(&valid_with("")).expect("valid");
+    assert_eq!(config.in_flight_bounds().bytes, 16 * 1024 * 1024);
 }
 
 #[test]
@@ -1058,7 +1068,7 @@ fn secrets_lists_the_uri_password_and_secret_properties() {
         "[mongodb]\nuri = \"mongodb://user:hunter2@h:1/\"\n\
          [kafka]\nbootstrap_servers = \"h:1\"\n\
          [kafka.properties]\n\"linger.ms\" = 5\n\"sasl.username\" = \"bridge\"\n\
-         \"ssl.key.pem\" = \"PEMDATA\"\n\"sasl.oauthbearer.client.secret\" = \"oauth-s\"\n\
+         \"ssl.key.pem\" = \"PEMDATA\"\n\"ssl.key.password\" = \"keypass-s\"\n\
          {PIPELINE}"
     );
     let config = parse_env(
@@ -1074,7 +1084,7 @@ fn secrets_lists_the_uri_password_and_secret_properties() {
     let secrets = config.secrets();
 
     // THEN they are the password and the secret properties (in key order), nothing else
-    assert_eq!(secrets, ["hunter2", "oauth-s", "s3cret", "PEMDATA"]);
+    assert_eq!(secrets, ["hunter2", "s3cret", "keypass-s", "PEMDATA"]);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //!
 //! Invariant: [`SecretUri`]'s `Debug` never shows the password.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
@@ -169,5 +170,46 @@ impl SecretUri {
 impl fmt::Debug for SecretUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.redacted())
+    }
+}
+
+/// `[kafka.topic_creation]`: topics the bridge creates itself, before its first record to them
+/// (the idea of Debezium's `topic.creation.*`). Off by default: the topics must then exist, or
+/// the broker creates them with its own defaults (`auto.create.topics.enable`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicCreation {
+    /// Create missing topics. Default `false`.
+    pub enabled: bool,
+    /// Partitions of a created topic; required when `enabled`.
+    pub partitions: i32,
+    /// Replication factor of a created topic; -1 (default) = the broker's
+    /// `default.replication.factor` (Kafka ≥ 2.4, KIP-464).
+    pub replication_factor: i32,
+    /// `cleanup.policy` of a created topic: `delete` (default), `compact` or `compact,delete`.
+    /// With `compact` and tombstones a topic keeps the latest record of every document.
+    pub cleanup_policy: String,
+    /// Further topic configurations, e.g. `"min.insync.replicas" = 2`.
+    pub configs: BTreeMap<String, PropertyValue>,
+}
+
+impl Default for TopicCreation {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            partitions: 0,
+            replication_factor: -1,
+            cleanup_policy: "delete".to_owned(),
+            configs: BTreeMap::new(),
+        }
+    }
+}
+
+impl TopicCreation {
+    /// The topic configurations of a created topic: `cleanup.policy`, then `configs`.
+    pub fn topic_configs(&self) -> Vec<(String, String)> {
+        let mut out = vec![("cleanup.policy".to_owned(), self.cleanup_policy.clone())];
+        out.extend(self.configs.iter().map(|(k, v)| (k.clone(), v.to_string())));
+        out
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bson::Timestamp;
 use prometheus::{Gauge, Histogram, IntCounter, IntGauge};
 
-use super::{Metrics, StatsContext};
+use super::{Metrics, RdkafkaGauges};
 
 /// Handles of one pipeline's series. Cheap to clone.
 #[derive(Clone)]
@@ -34,6 +34,8 @@ pub struct PipelineMetrics {
     pub source_lag: Gauge,
     /// Stream open flag.
     pub stream_open: IntGauge,
+    /// 1 while this instance owns the pipeline.
+    pub owned: IntGauge,
     /// `source_events` of the document operations, resolved on first use.
     pub(super) events_read: OpCounters,
 }
@@ -182,8 +184,8 @@ impl PipelineMetrics {
             .with_label_values(&[&self.name, reason])
             .inc();
     }
-    /// The librdkafka statistics context for this pipeline's producer.
-    pub fn rdkafka_context(&self) -> StatsContext {
-        StatsContext::new(self.family.rdkafka.for_pipeline(&self.name))
+    /// The librdkafka statistics series of this pipeline's producer.
+    pub fn rdkafka_gauges(&self) -> RdkafkaGauges {
+        self.family.rdkafka.for_pipeline(&self.name)
     }
 }

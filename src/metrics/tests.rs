@@ -29,7 +29,7 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     p.restart("source");
     p.commit("ok");
     p.commit_duration.observe(0.002);
-    p.rdkafka_context();
+    p.rdkafka_gauges();
     metrics.set_history(Some((40.0, 200.0)));
     // WHEN rendered
     let text = metrics.render();
@@ -93,7 +93,7 @@ fn checkpoint_lag_is_computed_at_scrape_time() {
 fn rdkafka_statistics_set_the_gauges_and_retries_only_increase() {
     use ::rdkafka::statistics::{Broker, Statistics};
     let metrics = Metrics::new();
-    let context = metrics.pipeline("a").rdkafka_context();
+    let context = crate::kafka::context::KafkaContext::new(metrics.pipeline("a").rdkafka_gauges());
     let mut stats = Statistics {
         msg_cnt: 7,
         msg_size: 700,
@@ -110,7 +110,7 @@ fn rdkafka_statistics_set_the_gauges_and_retries_only_increase() {
     stats.brokers.get_mut("b1").unwrap().txretries = 8;
     context.apply(&stats);
     // A new producer (restart) starts its totals at 0 again.
-    let fresh = metrics.pipeline("a").rdkafka_context();
+    let fresh = crate::kafka::context::KafkaContext::new(metrics.pipeline("a").rdkafka_gauges());
     stats.brokers.get_mut("b1").unwrap().txretries = 1;
     fresh.apply(&stats);
     let families = metrics.gather();

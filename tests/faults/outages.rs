@@ -19,7 +19,7 @@ pub struct Sample {
     pub at: Instant,
     pub rss_kib: Option<u64>,
     pub ready: Option<u16>,
-    /// `mongo_kafka_bridge_in_flight_messages` and `…_in_flight_bytes` (summed over pipelines).
+    /// `mongo_kafka_bridge_in_flight_events` and `…_in_flight_bytes` (summed over pipelines).
     pub in_flight: Option<(u64, u64)>,
 }
 
@@ -50,7 +50,7 @@ impl Sampler {
                     ready: http_get(&addr, "/readyz").map(|(c, _)| c),
                     in_flight: http_get(&addr, "/metrics").map(|(_, m)| {
                         (
-                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_messages"),
+                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_events"),
                             gauge_sum(&m, "mongo_kafka_bridge_in_flight_bytes"),
                         )
                     }),

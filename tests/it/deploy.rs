@@ -100,7 +100,7 @@ fn alerts_and_dashboard_use_only_metrics_the_bridge_exports() {
         "source_events_total",
         "checkpoint_lag_seconds",
         "history_headroom_seconds",
-        "in_flight_messages",
+        "in_flight_events",
         "kafka_delivery_errors_total",
         "checkpoint_commits_total",
     ] {

@@ -138,7 +138,7 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     )
     .await;
     wait(format!("histogram_quantile(0.99, sum by (le) (mongo_kafka_bridge_end_to_end_latency_seconds_bucket{p}))"), |v| v < 60.0).await;
-    wait(format!("mongo_kafka_bridge_in_flight_messages{p}"), |v| {
+    wait(format!("mongo_kafka_bridge_in_flight_events{p}"), |v| {
         v == 0.0
     })
     .await;

@@ -1,8 +1,10 @@
-//! How `offsets` prints documents: `field: value` lines, times with RFC 3339 and age.
+//! How `offsets` prints documents: `field: value` lines; a `Timestamp` as
+//! `Timestamp(<seconds>.<increment>) = <RFC 3339> (<age> ago)`, the one form the CLI and the
+//! demo use.
 
 use std::io::Write;
 
-use bson::{Bson, Document, Timestamp};
+use bson::{Bson, Document};
 
 use crate::event::format_timestamp;
 
@@ -11,27 +13,6 @@ pub(super) fn id_text(d: &Document) -> String {
         Some(Bson::String(s)) => s.clone(),
         Some(other) => other.to_string(),
         None => String::new(),
-    }
-}
-
-pub(super) fn int(d: &Document, key: &str) -> i64 {
-    match d.get(key) {
-        Some(Bson::Int64(v)) => *v,
-        Some(Bson::Int32(v)) => i64::from(*v),
-        _ => 0,
-    }
-}
-
-/// The position a document stands for: its token's `positionTime`/`clusterTime`, or its
-/// `startAtOperationTime`.
-pub(super) fn position_of(d: &Document) -> Option<(&'static str, Timestamp)> {
-    let ts = |k| d.get_timestamp(k).ok();
-    if d.contains_key("resumeToken") {
-        ts("positionTime")
-            .or(ts("clusterTime"))
-            .map(|t| ("token", t))
-    } else {
-        ts("startAtOperationTime").map(|t| ("startAt", t))
     }
 }
 
@@ -68,25 +49,5 @@ pub(super) fn print_doc(out: &mut impl Write, d: &Document) {
             other => other.clone().into_relaxed_extjson().to_string(),
         };
         let _ = writeln!(out, "  {key}: {text}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bson::doc;
-
-    use super::*;
-
-    #[test]
-    fn the_position_prefers_the_token_and_falls_back_to_start_at() {
-        let ts = Timestamp {
-            time: 5,
-            increment: 1,
-        };
-        let with_token = doc! { "resumeToken": { "_data": "82" }, "positionTime": ts };
-        assert_eq!(position_of(&with_token), Some(("token", ts)));
-        let reset = doc! { "startAtOperationTime": ts };
-        assert_eq!(position_of(&reset), Some(("startAt", ts)));
-        assert_eq!(position_of(&doc! {}), None);
     }
 }

@@ -1,34 +1,28 @@
 //! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
 //! --delete) [--force]`: what an operator would otherwise do by hand in mongosh on the offsets
-//! collection (document shape in [`crate::checkpoint`]).
+//! collection. Reads and writes go through [`super::admin`].
 //!
 //! Invariants:
 //! - A reset refuses while a live instance holds the pipeline (`leaseUntil` in the future)
 //!   unless `--force`, and prints the document before and after.
-//! - `--to-now` / `--to-timestamp` store a start position without a token: `startAtOperationTime`
-//!   (what the core reads when there is no `resumeToken`), with `resumeToken`, `clusterTime` and
-//!   `wallTime` removed, and **increment `epoch`**, so an instance that still runs is fenced on
-//!   its next write instead of overwriting the reset.
+//! - `--to-now` / `--to-timestamp` store a start position without a token
+//!   (`startAtOperationTime`, what the core reads when there is no `resumeToken`) and increment
+//!   `epoch`, so an instance that still runs is fenced on its next write instead of overwriting
+//!   the reset.
 //! - `--to-now` uses the deployment's own cluster time (`operationTime` of `hello`); when the
 //!   server reports none the reset fails rather than guess from a local clock.
-//! - Every write filters on the `epoch` read before it (a concurrent take-over makes the reset
-//!   fail, not race) and uses write concern `majority`.
 
 use std::io::Write;
 
-use bson::{DateTime, Document, Timestamp, doc};
-use mongodb::Collection;
-use mongodb::options::WriteConcern;
+use bson::{DateTime, Document, Timestamp};
 
-use crate::app::mongo_client_with;
+use super::OffsetsDoc;
+use super::admin::OffsetsAdmin;
+use super::format::{age, id_text, print_doc, rfc3339};
 use crate::check::CHECK_TIMEOUT;
 use crate::config::Config;
 use crate::error::BridgeError;
 use crate::event::format_timestamp;
-
-mod format;
-
-use format::{age, id_text, int, position_of, print_doc, rfc3339};
 
 /// Where `offsets reset` moves a pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,26 +89,23 @@ pub async fn run(
     command: &OffsetsCommand,
     out: &mut impl Write,
 ) -> Result<bool, BridgeError> {
-    let client = mongo_client_with(config, |o| {
+    let client = crate::mongo::client_with(config, |o| {
         o.server_selection_timeout = Some(CHECK_TIMEOUT);
         o.connect_timeout = Some(CHECK_TIMEOUT);
     })
     .await?;
-    let collection = client
-        .database(&config.mongodb.offsets_database)
-        .collection::<Document>(&config.mongodb.offsets_collection);
-    let admin = Admin {
-        collection,
+    let command_run = Command {
+        offsets: OffsetsAdmin::new(&client, &config.mongodb),
         client: client.clone(),
         config,
     };
-    let result = admin.run(command, out).await;
+    let result = command_run.run(command, out).await;
     client.shutdown().immediate(true).await;
     result
 }
 
-struct Admin<'a> {
-    collection: Collection<Document>,
+struct Command<'a> {
+    offsets: OffsetsAdmin,
     client: mongodb::Client,
     config: &'a Config,
 }
@@ -126,7 +117,7 @@ fn failed(name: &str, source: mongodb::error::Error) -> BridgeError {
     }
 }
 
-impl Admin<'_> {
+impl Command<'_> {
     async fn run(
         &self,
         command: &OffsetsCommand,
@@ -163,23 +154,11 @@ impl Admin<'_> {
     }
 
     async fn find(&self, name: &str) -> Result<Option<Document>, BridgeError> {
-        self.collection
-            .find_one(doc! { "_id": name })
-            .await
-            .map_err(|e| failed(name, e))
+        self.offsets.find(name).await.map_err(|e| failed(name, e))
     }
 
     async fn list(&self, out: &mut impl Write) -> Result<bool, BridgeError> {
-        use futures::TryStreamExt;
-        let docs: Vec<Document> = self
-            .collection
-            .find(doc! {})
-            .sort(doc! { "_id": 1 })
-            .await
-            .map_err(|e| failed("*", e))?
-            .try_collect()
-            .await
-            .map_err(|e| failed("*", e))?;
+        let docs = self.offsets.list().await.map_err(|e| failed("*", e))?;
         let _ = writeln!(
             out,
             "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}",
@@ -187,22 +166,29 @@ impl Admin<'_> {
         );
         for d in &docs {
             let name = id_text(d);
-            let lease = match d.get_datetime("leaseUntil") {
-                Ok(until) if until.timestamp_millis() > DateTime::now().timestamp_millis() => {
+            let Ok(parsed) = OffsetsDoc::parse(d) else {
+                let _ = writeln!(
+                    out,
+                    "{name:<24} (invalid document: see `offsets show {name}`)"
+                );
+                continue;
+            };
+            let lease = match (parsed.live_owner(DateTime::now()), parsed.lease_until) {
+                (Some((_, until)), _) => {
                     format!("live until {}", rfc3339(until.timestamp_millis() / 1000))
                 }
-                Ok(_) => "expired".to_owned(),
-                Err(_) => "none".to_owned(),
+                (None, Some(_)) => "expired".to_owned(),
+                (None, None) => "none".to_owned(),
             };
-            let (position, age) = match position_of(d) {
+            let (position, age) = match parsed.position() {
                 Some((label, ts)) => (format!("{label} {}", format_timestamp(ts)), age(ts.time)),
                 None => ("none".to_owned(), String::new()),
             };
             let _ = writeln!(
                 out,
                 "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}",
-                int(d, "epoch"),
-                int(d, "eventsCommitted"),
+                parsed.epoch.unwrap_or(0),
+                parsed.events_committed,
             );
         }
         for p in &self.config.pipelines {
@@ -232,11 +218,18 @@ impl Admin<'_> {
                 let _ = writeln!(out, "  (no document)");
             }
         }
-        if let Some(d) = &before
-            && let Ok(until) = d.get_datetime("leaseUntil")
-            && until.timestamp_millis() > DateTime::now().timestamp_millis()
-        {
-            let owner = d.get_str("owner").unwrap_or("unknown");
+        let parsed = match before.as_ref().map(OffsetsDoc::parse).transpose() {
+            Ok(parsed) => parsed,
+            Err(_) if to == ResetTo::Delete => None,
+            Err(reason) => {
+                let _ = writeln!(
+                    out,
+                    "refused: this version cannot read the document ({reason}); --delete removes it"
+                );
+                return Ok(false);
+            }
+        };
+        if let Some((owner, until)) = parsed.as_ref().and_then(|p| p.live_owner(DateTime::now())) {
             if !force {
                 let _ = writeln!(
                     out,
@@ -252,28 +245,34 @@ impl Admin<'_> {
                 "--force: instance {owner} holds the pipeline and will be fenced"
             );
         }
-        let majority = WriteConcern::majority();
-        let epoch = before.as_ref().map(|d| int(d, "epoch"));
+        let epoch = parsed.as_ref().and_then(|p| p.epoch);
         let done = match (to, &before) {
             (ResetTo::Delete, None) => {
                 let _ = writeln!(out, "{}", self.missing(name));
                 return Ok(false);
             }
-            (ResetTo::Delete, Some(_)) => {
-                let r = self
-                    .collection
-                    .delete_one(doc! { "_id": name, "epoch": epoch })
-                    .write_concern(majority)
+            (ResetTo::Delete, Some(d)) => {
+                // An invalid document's epoch is taken as stored, so it can still be deleted.
+                let epoch = epoch.or_else(|| d.get_i64("epoch").ok());
+                self.offsets
+                    .delete(name, epoch)
                     .await
-                    .map_err(|e| failed(name, e))?;
-                r.deleted_count == 1
+                    .map_err(|e| failed(name, e))?
             }
             (target, _) => {
                 let at = match target {
                     ResetTo::Timestamp(ts) => ts,
                     _ => self.cluster_time(name).await?,
                 };
-                self.move_to(name, epoch, at, majority).await?
+                let owner = format!(
+                    "offsets reset ({}:{})",
+                    crate::app::hostname(),
+                    std::process::id()
+                );
+                self.offsets
+                    .move_to(name, epoch, at, &owner)
+                    .await
+                    .map_err(|e| failed(name, e))?
             }
         };
         if !done {
@@ -294,74 +293,12 @@ impl Admin<'_> {
         Ok(true)
     }
 
-    /// Stores `startAtOperationTime: at` without a token and increments `epoch`.
-    async fn move_to(
-        &self,
-        name: &str,
-        epoch: Option<i64>,
-        at: Timestamp,
-        majority: WriteConcern,
-    ) -> Result<bool, BridgeError> {
-        let now = DateTime::now();
-        let owner = format!(
-            "offsets reset ({}:{})",
-            crate::app::hostname(),
-            std::process::id()
-        );
-        let set = doc! {
-            "startAtOperationTime": at, "positionTime": at, "updatedAt": now,
-            "leaseUntil": now, "owner": owner, "bridgeVersion": env!("CARGO_PKG_VERSION"),
-        };
-        let unset = doc! { "resumeToken": "", "clusterTime": "", "wallTime": "" };
-        let Some(epoch) = epoch else {
-            let mut new = set;
-            new.insert("_id", name);
-            new.insert("epoch", 1_i64);
-            new.insert("eventsCommitted", 0_i64);
-            return match self
-                .collection
-                .insert_one(new)
-                .write_concern(majority)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(e)
-                    if crate::error::mongo_code(&e) == Some(crate::checkpoint::DUPLICATE_KEY) =>
-                {
-                    Ok(false)
-                }
-                Err(e) => Err(failed(name, e)),
-            };
-        };
-        let update = doc! { "$set": set, "$unset": unset, "$inc": { "epoch": 1_i64 } };
-        let r = self
-            .collection
-            .update_one(doc! { "_id": name, "epoch": epoch }, update)
-            .write_concern(majority)
-            .await
-            .map_err(|e| failed(name, e))?;
-        Ok(r.matched_count == 1)
-    }
-
-    /// The deployment's cluster time: `operationTime` (else `$clusterTime.clusterTime`) of
-    /// `hello`. Errors when the server reports neither (a standalone server).
+    /// The deployment's cluster time. Errors when the server reports none (a standalone
+    /// server).
     async fn cluster_time(&self, name: &str) -> Result<Timestamp, BridgeError> {
-        let reply = self
-            .client
-            .database("admin")
-            .run_command(doc! { "hello": 1 })
+        crate::mongo::cluster_time(&self.client)
             .await
-            .map_err(|e| failed(name, e))?;
-        reply
-            .get_timestamp("operationTime")
-            .ok()
-            .or_else(|| {
-                reply
-                    .get_document("$clusterTime")
-                    .ok()?
-                    .get_timestamp("clusterTime")
-                    .ok()
-            })
+            .map_err(|e| failed(name, e))?
             .ok_or_else(|| BridgeError::OffsetsDocument {
                 pipeline: name.to_owned(),
                 reason: "the server reports no cluster time (operationTime of hello): is it a \

@@ -1,0 +1,320 @@
+//! Error codes, labels and kinds → [`ErrorClass`]: the only place that inspects them.
+//!
+//! Invariants:
+//! - Every driver [`MongoErrorKind`] is named in [`kind_of`]; a kind a later driver adds is
+//!   [`ErrorClass::Persistent`] (retried a bounded number of times), never retried forever.
+//! - Outages retry forever: network, server selection, connection-pool clears, timeouts,
+//!   resumable change-stream errors, brokers down. A failure that needs an operator is never
+//!   retried forever.
+
+use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind, WriteFailure};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::ErrorClass;
+
+/// `ChangeStreamHistoryLost`: the resume point is no longer in the oplog.
+pub const CODE_HISTORY_LOST: i32 = 286;
+/// `ChangeStreamFatalError`: the stream cannot be resumed (e.g. the token's event is gone).
+pub const CODE_CHANGE_STREAM_FATAL: i32 = 280;
+/// `DuplicateKey`: an upsert lost a race with a concurrent insert.
+pub const CODE_DUPLICATE_KEY: i32 = 11000;
+/// `Unrecognized pipeline stage name` (e.g. `$changeStreamSplitLargeEvent` before 7.0).
+pub const CODE_UNKNOWN_STAGE: i32 = 40324;
+/// `Unauthorized`: the user lacks a privilege.
+pub const CODE_UNAUTHORIZED: i32 = 13;
+/// `AuthenticationFailed`.
+const CODE_AUTHENTICATION_FAILED: i32 = 18;
+
+/// Server error codes that a restart from the committed token can outlive: the change streams
+/// spec's resumable codes (for servers without error labels), retryable-write codes, and
+/// write-concern / time-limit errors of the offsets writes. Any other server error is fatal, so
+/// an unwatchable namespace or a bad stage fails at once instead of retrying forever (C23).
+const TRANSIENT_CODES: [i32; 22] = [
+    6, 7, 43, 50, 63, 64, 89, 91, 133, 150, 189, 234, 262, 9001, 10058, 10107, 11600, 11601, 11602,
+    13388, 13435, 13436,
+];
+
+/// Server error codes that need an operator but may be momentary. `DuplicateKey` (11000): the
+/// offsets writes that can meet it retry it themselves; elsewhere it means another writer
+/// fights over the document.
+const PERSISTENT_CODES: [i32; 1] = [CODE_DUPLICATE_KEY];
+
+/// The driver's error kinds, as the classification sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MongoKind {
+    /// The server answered with an error code (command, write or write-concern error).
+    Server,
+    /// The network, DNS, a cleared pool, or no selectable server: an outage.
+    Outage,
+    /// The configuration is wrong (bad option, TLS, credentials, an unsupported deployment or
+    /// stream: sessions not supported, server too old, `_id` removed by the user's stages).
+    Configuration,
+    /// Neither: a malformed reply, a driver-internal error, the client shut down, a kind this
+    /// version does not know.
+    Other,
+}
+
+/// Names every kind of the driver's [`MongoErrorKind`].
+fn kind_of(kind: &MongoErrorKind) -> MongoKind {
+    use MongoErrorKind as K;
+    match kind {
+        K::Command(_) | K::Write(_) => MongoKind::Server,
+        K::Io(_) | K::DnsResolve { .. } | K::ConnectionPoolCleared { .. } => MongoKind::Outage,
+        K::ServerSelection { .. } => MongoKind::Outage,
+        K::InvalidArgument { .. }
+        | K::Authentication { .. }
+        | K::InvalidTlsConfig { .. }
+        | K::SessionsNotSupported
+        | K::IncompatibleServer { .. }
+        | K::MissingResumeToken => MongoKind::Configuration,
+        K::BsonDeserialization(_)
+        | K::BsonSerialization(_)
+        | K::InsertMany(_)
+        | K::BulkWrite(_)
+        | K::GridFs(_)
+        | K::Internal { .. }
+        | K::InvalidResponse { .. }
+        | K::Transaction { .. }
+        | K::Custom(_)
+        | K::Shutdown => MongoKind::Other,
+        // Kinds behind driver features the bridge does not enable, and kinds of later versions.
+        _ => MongoKind::Other,
+    }
+}
+
+/// The class of a driver error of `kind` with server `code` (for [`MongoKind::Server`]).
+fn class_of(kind: MongoKind, code: Option<i32>) -> ErrorClass {
+    match (kind, code) {
+        (MongoKind::Outage, _) => ErrorClass::Transient,
+        (MongoKind::Configuration, _) => ErrorClass::Fatal,
+        (MongoKind::Other, _) => ErrorClass::Persistent,
+        (MongoKind::Server, Some(c)) if TRANSIENT_CODES.contains(&c) => ErrorClass::Transient,
+        (MongoKind::Server, Some(c)) if PERSISTENT_CODES.contains(&c) => ErrorClass::Persistent,
+        (MongoKind::Server, _) => ErrorClass::Fatal,
+    }
+}
+
+/// True when the server says the resume point is no longer in the oplog (286). When
+/// `at_open` (the `aggregate` that resumes from a token), 280 also means the token's own event
+/// is gone (case C01); later, 280 has other causes (e.g. a required image is missing).
+pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
+    match mongo_code(error) {
+        Some(CODE_HISTORY_LOST) => true,
+        Some(CODE_CHANGE_STREAM_FATAL) => at_open,
+        _ => false,
+    }
+}
+
+/// The server's error code, if the error came from a server reply.
+pub fn mongo_code(error: &MongoError) -> Option<i32> {
+    match error.kind.as_ref() {
+        MongoErrorKind::Command(c) => Some(c.code),
+        MongoErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
+        MongoErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// Classifies a MongoDB driver error by label, then kind and code.
+pub fn classify_mongo(error: &MongoError) -> ErrorClass {
+    if error.contains_label("NonResumableChangeStreamError") || is_history_lost(error, true) {
+        return ErrorClass::Fatal;
+    }
+    if error.contains_label("ResumableChangeStreamError")
+        || error.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR)
+    {
+        return ErrorClass::Transient;
+    }
+    class_of(kind_of(&error.kind), mongo_code(error))
+}
+
+/// Whether no server could be selected (the cluster is down, or the URI does not match it).
+pub fn is_server_selection(error: &MongoError) -> bool {
+    matches!(error.kind.as_ref(), MongoErrorKind::ServerSelection { .. })
+}
+
+/// Whether the driver error is an authentication failure (a client-side SCRAM/X.509 failure or
+/// the server's `AuthenticationFailed` 18).
+pub fn is_auth_failure(error: &MongoError) -> bool {
+    matches!(error.kind.as_ref(), MongoErrorKind::Authentication { .. })
+        || mongo_code(error) == Some(CODE_AUTHENTICATION_FAILED)
+}
+
+/// The librdkafka error codes that no retry can fix: the record or the topic is refused.
+/// See librdkafka `INTRODUCTION.md`, "Error handling" and "Idempotent Producer".
+fn is_permanent_kafka(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::InvalidMessage
+            | C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::TransactionalIdAuthorizationFailed
+            | C::InvalidTopic
+            | C::InvalidRecord
+            | C::UnsupportedForMessageFormat
+            | C::SaslAuthenticationFailed
+            | C::Authentication
+            | C::InvalidArgument
+            | C::InvalidPartitions
+            | C::InvalidReplicationFactor
+            | C::InvalidConfig
+            | C::PolicyViolation
+    )
+}
+
+/// librdkafka error codes that need an operator but may be momentary: a topic that does not
+/// exist (librdkafka also reports it briefly while a topic is being created).
+fn is_persistent_kafka(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition
+    )
+}
+
+/// Classifies a Kafka error: permanent rejections are fatal, unknown topics persistent,
+/// everything else restarts the pipeline (a fatal idempotent-producer error rebuilds the
+/// producer on restart).
+pub fn classify_kafka(error: &KafkaError) -> ErrorClass {
+    match error.rdkafka_error_code() {
+        Some(code) if is_permanent_kafka(code) => ErrorClass::Fatal,
+        Some(code) if is_persistent_kafka(code) => ErrorClass::Persistent,
+        _ => ErrorClass::Transient,
+    }
+}
+
+/// Whether `error` means the record is too large for the producer or the topic.
+pub fn is_oversize(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A server command error with `code`; the driver offers no public way to attach labels,
+    /// so label handling is covered by the fail-point integration tests.
+    fn command_error(code: i32) -> MongoError {
+        let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
+        let cmd: mongodb::error::CommandError =
+            bson::from_document(raw).expect("a well-formed command error document");
+        MongoErrorKind::Command(cmd).into()
+    }
+
+    #[test]
+    fn history_lost_codes_are_fatal() {
+        assert_eq!(classify_mongo(&command_error(286)), ErrorClass::Fatal);
+        assert_eq!(classify_mongo(&command_error(280)), ErrorClass::Fatal);
+        assert!(is_history_lost(&command_error(286), false));
+        assert!(is_history_lost(&command_error(280), true));
+        assert!(!is_history_lost(&command_error(280), false));
+        assert!(!is_history_lost(&command_error(43), true));
+    }
+
+    #[test]
+    fn election_and_cursor_errors_are_transient() {
+        for code in [10107, 11602, 43, 91, 189] {
+            assert_eq!(
+                classify_mongo(&command_error(code)),
+                ErrorClass::Transient,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn auth_and_bad_pipeline_are_fatal() {
+        for code in [13, 18, 40324, 15, 166, 72, 47, 2, 8000] {
+            assert_eq!(
+                classify_mongo(&command_error(code)),
+                ErrorClass::Fatal,
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_retried_a_bounded_number_of_times() {
+        assert_eq!(
+            classify_mongo(&command_error(CODE_DUPLICATE_KEY)),
+            ErrorClass::Persistent
+        );
+    }
+
+    #[test]
+    fn every_kind_has_a_class() {
+        let table = [
+            (MongoKind::Outage, None, ErrorClass::Transient),
+            (MongoKind::Configuration, None, ErrorClass::Fatal),
+            (MongoKind::Other, None, ErrorClass::Persistent),
+            (MongoKind::Server, Some(91), ErrorClass::Transient),
+            (MongoKind::Server, Some(11000), ErrorClass::Persistent),
+            (MongoKind::Server, Some(13), ErrorClass::Fatal),
+            (MongoKind::Server, None, ErrorClass::Fatal),
+        ];
+        for (kind, code, class) in table {
+            assert_eq!(class_of(kind, code), class, "{kind:?} {code:?}");
+        }
+    }
+
+    #[test]
+    fn the_driver_kinds_that_can_be_built_map_as_documented() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let table: [(MongoError, MongoKind); 6] = [
+            (MongoErrorKind::Io(Arc::new(io)).into(), MongoKind::Outage),
+            (command_error(43), MongoKind::Server),
+            (
+                MongoErrorKind::SessionsNotSupported.into(),
+                MongoKind::Configuration,
+            ),
+            (
+                MongoErrorKind::MissingResumeToken.into(),
+                MongoKind::Configuration,
+            ),
+            (MongoErrorKind::Shutdown.into(), MongoKind::Other),
+            (MongoError::custom("a plugin's error"), MongoKind::Other),
+        ];
+        for (error, kind) in table {
+            assert_eq!(kind_of(&error.kind), kind, "{error}");
+        }
+        assert_eq!(
+            classify_mongo(&MongoErrorKind::Shutdown.into()),
+            ErrorClass::Persistent
+        );
+    }
+
+    #[test]
+    fn kafka_permanent_persistent_and_retriable() {
+        let code = |c| KafkaError::MessageProduction(c);
+        let table = [
+            (RDKafkaErrorCode::MessageSizeTooLarge, ErrorClass::Fatal),
+            (
+                RDKafkaErrorCode::TopicAuthorizationFailed,
+                ErrorClass::Fatal,
+            ),
+            (
+                RDKafkaErrorCode::UnknownTopicOrPartition,
+                ErrorClass::Persistent,
+            ),
+            (RDKafkaErrorCode::UnknownTopic, ErrorClass::Persistent),
+            (RDKafkaErrorCode::MessageTimedOut, ErrorClass::Transient),
+            (
+                RDKafkaErrorCode::OutOfOrderSequenceNumber,
+                ErrorClass::Transient,
+            ),
+            (RDKafkaErrorCode::AllBrokersDown, ErrorClass::Transient),
+        ];
+        for (c, class) in table {
+            assert_eq!(classify_kafka(&code(c)), class, "{c:?}");
+        }
+        assert!(is_oversize(&code(RDKafkaErrorCode::MessageSizeTooLarge)));
+        assert!(!is_oversize(&code(RDKafkaErrorCode::MessageTimedOut)));
+    }
+}

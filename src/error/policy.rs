@@ -1,0 +1,212 @@
+//! What a pipeline does after a run failed: the one function that turns an error into the next
+//! step ([`decide`]).
+//!
+//! Invariants:
+//! - An outage ([`ErrorClass::Transient`]) is retried for as long as it lasts: an outage must
+//!   never stop the bridge.
+//! - An error that needs an operator ([`ErrorClass::Persistent`]) is retried at most
+//!   `[bridge] persistent_error_attempts` consecutive times, then the pipeline stops with the
+//!   fix named ([`BridgeError::remedy`]). A run that failed otherwise, or that lasted, resets the
+//!   count.
+//! - Fenced means another instance owns the pipeline now: this one stands by, it never takes
+//!   the pipeline back by restarting (two replicas would steal it from each other forever).
+
+use super::{BridgeError, ErrorClass};
+use crate::config::OnHistoryLost;
+
+/// The next step of a pipeline whose run ended with an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Restart from the committed position after a capped, jittered backoff.
+    Restart,
+    /// Reopen the stream at once, after the `invalidate` (`startAfter` its token).
+    Reopen,
+    /// `on_history_lost = "skip"`: publish gap markers, move the position to the current
+    /// cluster time, restart there at once.
+    SkipHistory,
+    /// Another instance owns the pipeline: stand by until its lease lapses.
+    StandBy,
+    /// Stop the pipeline; the process exits non-zero once the other pipelines drained.
+    Stop,
+}
+
+/// Consecutive failed runs of a pipeline whose errors need an operator.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempts {
+    persistent: u32,
+    limit: u32,
+}
+
+impl Attempts {
+    /// No failure yet; `limit` is `[bridge] persistent_error_attempts`.
+    pub fn new(limit: u32) -> Self {
+        Self {
+            persistent: 0,
+            limit: limit.max(1),
+        }
+    }
+
+    /// A run lasted long enough to count as healthy: the count starts again.
+    pub fn healthy_run(&mut self) {
+        self.persistent = 0;
+    }
+
+    /// Consecutive persistent failures so far.
+    pub fn persistent(&self) -> u32 {
+        self.persistent
+    }
+}
+
+/// The next step after `error`, for a pipeline whose history-loss policy is `on_history_lost`.
+pub fn decide(
+    error: &BridgeError,
+    on_history_lost: OnHistoryLost,
+    attempts: &mut Attempts,
+) -> Action {
+    match error {
+        BridgeError::Fenced { .. } => return Action::StandBy,
+        BridgeError::StreamClosed { .. } => return Action::Reopen,
+        BridgeError::HistoryLost { .. } if on_history_lost == OnHistoryLost::Skip => {
+            return Action::SkipHistory;
+        }
+        _ => {}
+    }
+    match error.class() {
+        ErrorClass::Transient => {
+            attempts.persistent = 0;
+            Action::Restart
+        }
+        ErrorClass::Persistent => {
+            attempts.persistent += 1;
+            if attempts.persistent >= attempts.limit {
+                Action::Stop
+            } else {
+                Action::Restart
+            }
+        }
+        ErrorClass::Fatal => Action::Stop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    use super::*;
+
+    fn delivery(code: RDKafkaErrorCode) -> BridgeError {
+        BridgeError::Delivery {
+            pipeline: "p".into(),
+            topic: "t".into(),
+            source: Box::new(KafkaError::MessageProduction(code)),
+        }
+    }
+
+    #[test]
+    fn outages_retry_forever() {
+        let mut attempts = Attempts::new(3);
+        for _ in 0..100 {
+            assert_eq!(
+                decide(
+                    &delivery(RDKafkaErrorCode::MessageTimedOut),
+                    OnHistoryLost::Fail,
+                    &mut attempts
+                ),
+                Action::Restart
+            );
+        }
+    }
+
+    #[test]
+    fn a_persistent_error_stops_after_the_configured_attempts() {
+        // GIVEN a limit of 3 consecutive attempts
+        let mut attempts = Attempts::new(3);
+        let unknown = delivery(RDKafkaErrorCode::UnknownTopicOrPartition);
+        // THEN the first two failures restart, the third stops
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Stop
+        );
+        assert_eq!(attempts.persistent(), 3);
+    }
+
+    #[test]
+    fn an_outage_or_a_healthy_run_resets_the_count() {
+        let mut attempts = Attempts::new(2);
+        let unknown = delivery(RDKafkaErrorCode::UnknownTopicOrPartition);
+        let timeout = delivery(RDKafkaErrorCode::MessageTimedOut);
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        assert_eq!(
+            decide(&timeout, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        attempts.healthy_run();
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Restart
+        );
+        assert_eq!(
+            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
+            Action::Stop
+        );
+    }
+
+    #[test]
+    fn fencing_invalidation_and_history_loss_have_their_own_steps() {
+        let mut attempts = Attempts::new(10);
+        let fenced = BridgeError::Fenced {
+            pipeline: "p".into(),
+            epoch: 1,
+        };
+        assert_eq!(
+            decide(&fenced, OnHistoryLost::Fail, &mut attempts),
+            Action::StandBy
+        );
+        let closed = BridgeError::StreamClosed {
+            pipeline: "p".into(),
+        };
+        assert_eq!(
+            decide(&closed, OnHistoryLost::Fail, &mut attempts),
+            Action::Reopen
+        );
+        let raw = bson::doc! { "code": 286, "codeName": "ChangeStreamHistoryLost", "errmsg": "x" };
+        let cmd: mongodb::error::CommandError = bson::from_document(raw).expect("command error");
+        let lost = BridgeError::HistoryLost {
+            pipeline: "p".into(),
+            cluster_time: "1.1".into(),
+            source: Box::new(mongodb::error::ErrorKind::Command(cmd).into()),
+        };
+        assert_eq!(
+            decide(&lost, OnHistoryLost::Skip, &mut attempts),
+            Action::SkipHistory
+        );
+        assert_eq!(
+            decide(&lost, OnHistoryLost::Fail, &mut attempts),
+            Action::Stop
+        );
+        let config = BridgeError::Config {
+            field: "f".into(),
+            reason: "r".into(),
+        };
+        assert_eq!(
+            decide(&config, OnHistoryLost::Fail, &mut attempts),
+            Action::Stop
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! One-line descriptions of errors for logs and `check`, with secrets redacted.
+//!
+//! Invariant: [`report`] replaces every secret the caller knows by `***`, on top of the
+//! drivers' own care (the MongoDB driver's messages carry host names but not credentials;
+//! librdkafka's never carry `sasl.password`).
+
+use std::error::Error as StdError;
+
+use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind};
+
+/// A one-line description of a driver error: the server's code name, code and message, or the
+/// kind of client-side failure, without the driver's debug dump.
+pub fn describe_mongo(error: &MongoError) -> String {
+    use mongodb::error::WriteFailure;
+    match error.kind.as_ref() {
+        MongoErrorKind::Command(c) => format!("{} ({}): {}", c.code_name, c.code, c.message),
+        MongoErrorKind::Write(WriteFailure::WriteConcernError(w)) => {
+            format!("{} ({}): {}", w.code_name, w.code, w.message)
+        }
+        MongoErrorKind::Write(WriteFailure::WriteError(w)) => {
+            format!("write error ({}): {}", w.code, w.message)
+        }
+        MongoErrorKind::Authentication { message, .. } => {
+            format!("authentication failed: {message}")
+        }
+        MongoErrorKind::ServerSelection { message, .. } => {
+            format!("no suitable server reachable: {message}")
+        }
+        MongoErrorKind::Io(io) => format!("network error: {io}"),
+        other => other.to_string(),
+    }
+}
+
+/// Replaces each occurrence of `secret` in `text` by `***`, except where the occurrence is part
+/// of a longer word (letters or digits on either side): a short password like `p` must neither
+/// garble "provided" nor reveal itself by the gaps it leaves.
+///
+/// ```
+/// use mongo_kafka_bridge::error::redact;
+///
+/// assert_eq!(redact("mongodb://app:p@db provided", "p"), "mongodb://app:***@db provided");
+/// ```
+pub fn redact(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        return text.to_owned();
+    }
+    let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut done = 0;
+    for (at, _) in text.match_indices(secret) {
+        if at < done {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + secret.len()..].chars().next();
+        out.push_str(&text[done..at]);
+        out.push_str(if is_word(before) || is_word(after) {
+            secret
+        } else {
+            "***"
+        });
+        done = at + secret.len();
+    }
+    let rest = &text[done..];
+    out.push_str(rest);
+    out
+}
+
+/// Renders an error and its whole `source()` chain on one line, for logs.
+///
+/// The driver's messages carry host names but not credentials; librdkafka's never carry
+/// `sasl.password`. Callers pass the secrets they know in `secrets` and each is replaced by `***`
+/// as a second line of defence.
+pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
+    let render = |e: &(dyn StdError + 'static)| {
+        let mongo = e
+            .downcast_ref::<MongoError>()
+            .or_else(|| e.downcast_ref::<Box<MongoError>>().map(AsRef::as_ref));
+        match mongo {
+            Some(mongo) => (describe_mongo(mongo), true),
+            None => (e.to_string(), false),
+        }
+    };
+    let (mut text, mut done) = render(error);
+    let mut cause = error.source();
+    while let (Some(inner), false) = (cause, done) {
+        let (part, last) = render(inner);
+        text.push_str(": ");
+        text.push_str(&part);
+        done = last;
+        cause = inner.source();
+    }
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = redact(&text, secret);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::BridgeError;
+
+    /// A server command error with `code`.
+    fn command_error(code: i32) -> MongoError {
+        let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
+        let cmd: mongodb::error::CommandError =
+            bson::from_document(raw).expect("a well-formed command error document");
+        MongoErrorKind::Command(cmd).into()
+    }
+
+    #[test]
+    fn report_describes_driver_errors_without_their_debug_dump() {
+        let e = BridgeError::Source {
+            pipeline: "p".into(),
+            source: Box::new(command_error(40324)),
+        };
+        assert_eq!(
+            report(&e, &[]),
+            "change stream failed on pipeline \"p\": X (40324): boom"
+        );
+    }
+
+    #[test]
+    fn redaction_replaces_whole_secrets_only() {
+        assert_eq!(
+            redact("mongodb://u:p@h provided", "p"),
+            "mongodb://u:***@h provided"
+        );
+        assert_eq!(redact("pw=hunter2;", "hunter2"), "pw=***;");
+        assert_eq!(redact("xhunter2", "hunter2"), "xhunter2");
+        assert_eq!(redact("app:p@db", "p"), "app:***@db");
+    }
+
+    #[test]
+    fn report_redacts_known_secrets() {
+        let e = BridgeError::Config {
+            field: "mongodb.uri".into(),
+            reason: "password hunter2 rejected".into(),
+        };
+        let text = report(&e, &["hunter2"]);
+        assert_eq!(
+            text,
+            "invalid configuration: mongodb.uri: password *** rejected"
+        );
+    }
+}

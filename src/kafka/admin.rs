@@ -1,0 +1,184 @@
+//! Kafka administration: cluster metadata, topic and broker configurations, and topic creation
+//! (`[kafka.topic_creation]`, Debezium's `topic.creation.*` idea).
+//!
+//! Invariants:
+//! - Every call is bounded in time and runs blocking librdkafka calls on the blocking pool; the
+//!   client itself is destroyed there too ([`super::Detached`]).
+//! - Creation tolerates `TOPIC_ALREADY_EXISTS` (another instance, or the broker's auto-creation,
+//!   was first); a topic the cluster lists is never created again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::Detached;
+use super::context::KafkaContext;
+use crate::config::{KafkaConfig, TopicCreation};
+use crate::error::BridgeError;
+
+/// Bound of one administrative request.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One topic as the cluster's metadata lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Partition count.
+    pub partitions: usize,
+}
+
+/// What the cluster's metadata says.
+#[derive(Debug, Clone)]
+pub struct ClusterInfo {
+    /// Brokers listed.
+    pub brokers: usize,
+    /// The id of the first broker listed, for broker configurations.
+    pub broker_id: Option<i32>,
+    /// Every topic.
+    pub topics: Vec<TopicInfo>,
+}
+
+/// An admin client for `[kafka]` (clones share it).
+#[derive(Clone)]
+pub struct KafkaAdmin {
+    admin: Arc<Detached<AdminClient<KafkaContext>>>,
+}
+
+impl KafkaAdmin {
+    /// Creates the client (nothing is contacted yet).
+    ///
+    /// Errors: librdkafka's refusal of the connection or security properties.
+    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
+        let mut config = super::admin_config(kafka);
+        config.set("socket.timeout.ms", "5000");
+        let admin = config.create_with_context(KafkaContext::default())?;
+        Ok(Self {
+            admin: Arc::new(Detached::new(admin)),
+        })
+    }
+
+    /// The cluster's brokers and topics. Errors: the metadata request's (e.g. a timeout when no
+    /// broker answers within `timeout`).
+    pub async fn metadata(&self, timeout: Duration) -> Result<ClusterInfo, KafkaError> {
+        let admin = Arc::clone(&self.admin);
+        let read = tokio::task::spawn_blocking(move || {
+            let m = admin.inner().fetch_metadata(None, timeout)?;
+            Ok(ClusterInfo {
+                brokers: m.brokers().len(),
+                broker_id: m.brokers().first().map(|b| b.id()),
+                topics: m
+                    .topics()
+                    .iter()
+                    .map(|t| TopicInfo {
+                        name: t.name().to_owned(),
+                        partitions: t.partitions().len(),
+                    })
+                    .collect(),
+            })
+        });
+        read.await
+            .unwrap_or(Err(KafkaError::MetadataFetch(RDKafkaErrorCode::Fail)))
+    }
+
+    /// The values of `keys` in the configuration of `resource`, `None` each where unknown.
+    pub async fn describe(
+        &self,
+        resource: ResourceSpecifier<'_>,
+        keys: &[&str],
+    ) -> Vec<Option<String>> {
+        let unknown = vec![None; keys.len()];
+        let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let Ok(results) = self.admin.describe_configs([&resource], &options).await else {
+            return unknown;
+        };
+        let Some(Ok(found)) = results.into_iter().next() else {
+            return unknown;
+        };
+        keys.iter()
+            .map(|k| found.get(k).and_then(|e| e.value.clone()))
+            .collect()
+    }
+
+    /// Creates `topic` with `settings`; a topic that already exists is fine.
+    ///
+    /// Errors: the broker's refusal (authorization, an invalid replication factor or config), or
+    /// the request's failure.
+    pub async fn create(&self, topic: &str, settings: &TopicCreation) -> Result<(), KafkaError> {
+        let configs: Vec<(String, String)> = settings.topic_configs();
+        let mut new = NewTopic::new(
+            topic,
+            settings.partitions,
+            TopicReplication::Fixed(settings.replication_factor),
+        );
+        for (key, value) in &configs {
+            new = new.set(key, value);
+        }
+        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let results = self.admin.create_topics([&new], &options).await?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Creates a pipeline's topics on first use (`[kafka.topic_creation] enabled = true`), and
+/// remembers the ones known to exist so the per-event check is one set lookup.
+pub struct TopicCreator {
+    admin: KafkaAdmin,
+    settings: TopicCreation,
+    pipeline: String,
+    known: HashSet<Arc<str>>,
+    last: Option<Arc<str>>,
+}
+
+impl TopicCreator {
+    /// A creator for `pipeline`'s topics; `existing` are topics the cluster already lists.
+    pub fn new(
+        admin: KafkaAdmin,
+        settings: TopicCreation,
+        pipeline: &str,
+        existing: impl IntoIterator<Item = String>,
+    ) -> Self {
+        Self {
+            admin,
+            settings,
+            pipeline: pipeline.to_owned(),
+            known: existing.into_iter().map(Arc::from).collect(),
+            last: None,
+        }
+    }
+
+    /// Makes sure `topic` exists, creating it with the configured partitions, replication factor
+    /// and `cleanup.policy` when it does not.
+    ///
+    /// Errors: [`BridgeError::TopicCreation`] when the cluster refuses.
+    pub async fn ensure(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
+        if self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) || self.known.contains(topic) {
+            self.last = Some(Arc::clone(topic));
+            return Ok(());
+        }
+        self.admin
+            .create(topic, &self.settings)
+            .await
+            .map_err(|source| BridgeError::TopicCreation {
+                pipeline: self.pipeline.clone(),
+                topic: topic.to_string(),
+                source: Box::new(source),
+            })?;
+        tracing::info!(pipeline = %self.pipeline, topic = %topic,
+            partitions = self.settings.partitions,
+            replication_factor = self.settings.replication_factor,
+            cleanup_policy = %self.settings.cleanup_policy, "created topic");
+        self.known.insert(Arc::clone(topic));
+        self.last = Some(Arc::clone(topic));
+        Ok(())
+    }
+}

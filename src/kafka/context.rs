@@ -1,0 +1,158 @@
+//! The librdkafka client context of the bridge's Kafka clients: statistics become metrics, and
+//! librdkafka's own log lines and global errors become a few actionable `tracing` lines.
+//!
+//! librdkafka reports one broker problem several times (a log line and an error callback, per
+//! client, per retry), which floods the log while a broker is down without saying what to do.
+//!
+//! Invariants:
+//! - The callbacks only store numbers or log (they run on librdkafka's threads); nothing here can
+//!   block librdkafka's thread for long (one short mutex).
+//! - Each distinct problem is logged at most once per [`REPEAT_AFTER`]; global errors are worded
+//!   from their cause and carry the remedy.
+//! - The retries counter only ever increases, also when a restart builds a new producer whose own
+//!   totals start again at 0 (each context counts the increase of its producer's totals).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::statistics::Statistics;
+
+use crate::metrics::RdkafkaGauges;
+
+/// Default `statistics.interval.ms` the bridge sets when `[kafka.properties]` does not (ms).
+pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
+
+/// The same problem is logged again only after this long.
+pub const REPEAT_AFTER: Duration = Duration::from_secs(30);
+
+/// A librdkafka client context that publishes the producer's statistics and turns librdkafka's
+/// logs into actionable lines; without gauges (see [`KafkaContext::default`]) it ignores the
+/// statistics.
+#[derive(Default)]
+pub struct KafkaContext {
+    gauges: Option<RdkafkaGauges>,
+    last_retries: AtomicU64,
+    logs: LogLimiter,
+}
+
+impl KafkaContext {
+    /// A context publishing into `gauges`.
+    pub fn new(gauges: RdkafkaGauges) -> Self {
+        Self {
+            gauges: Some(gauges),
+            ..Self::default()
+        }
+    }
+
+    /// Applies one statistics snapshot.
+    pub fn apply(&self, stats: &Statistics) {
+        let Some(g) = &self.gauges else { return };
+        let retries = g.apply(stats);
+        let before = self.last_retries.swap(retries, Ordering::Relaxed);
+        g.add_retries(retries.saturating_sub(before));
+    }
+}
+
+impl rdkafka::ClientContext for KafkaContext {
+    fn stats(&self, statistics: Statistics) {
+        self.apply(&statistics);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        self.logs.log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.logs.error(&error, reason);
+    }
+}
+
+/// Remembers when each problem was last logged.
+#[derive(Debug, Default)]
+struct LogLimiter {
+    last: Mutex<HashMap<String, Instant>>,
+}
+
+impl LogLimiter {
+    /// Whether `key` may be logged now (and records that it was).
+    fn allow(&self, key: &str) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match last.get(key) {
+            Some(at) if now.duration_since(*at) < REPEAT_AFTER => false,
+            _ => {
+                last.insert(key.to_owned(), now);
+                true
+            }
+        }
+    }
+
+    /// A librdkafka log line: errors and warnings at `warn` (rate-limited per facility),
+    /// everything else at `debug`.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => {
+                if self.allow(&format!("log:{facility}")) {
+                    tracing::warn!(facility, "librdkafka: {message}");
+                }
+            }
+            _ => tracing::debug!(facility, "librdkafka: {message}"),
+        }
+    }
+
+    /// A librdkafka global error, with what to check.
+    fn error(&self, error: &KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        if !self.allow(&format!("error:{code:?}")) {
+            return;
+        }
+        match code {
+            // librdkafka's reason for this one counts brokers ("1/1 brokers are down") in a way
+            // that reads as a contradiction while connections are being retried: not shown.
+            Some(RDKafkaErrorCode::AllBrokersDown) => tracing::error!(
+                "kafka unreachable: no broker of kafka.bootstrap_servers answers. Check that the \
+                 brokers run, the addresses, and the security properties in [kafka.properties]; \
+                 records wait and are retried until message.timeout.ms, nothing is committed \
+                 past them"
+            ),
+            Some(RDKafkaErrorCode::BrokerTransportFailure) => tracing::error!(
+                reason,
+                "kafka connection to a broker failed (retried by librdkafka). If it persists, \
+                 check that the broker runs and the security properties in [kafka.properties]"
+            ),
+            Some(RDKafkaErrorCode::Resolve) => tracing::error!(
+                reason,
+                "kafka broker address cannot be resolved: check kafka.bootstrap_servers and the \
+                 brokers' advertised listeners"
+            ),
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+                tracing::error!(
+                    reason,
+                    "kafka authentication failed: check sasl.* / ssl.* in [kafka.properties]"
+                )
+            }
+            _ => tracing::error!(error = %error, reason, "kafka client error"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_problem_is_logged_once_per_interval() {
+        let limiter = LogLimiter::default();
+        assert!(limiter.allow("a"));
+        assert!(!limiter.allow("a"));
+        assert!(limiter.allow("b"));
+    }
+}

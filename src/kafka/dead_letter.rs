@@ -1,0 +1,134 @@
+//! Oversize policy `dead_letter`: a record Kafka refuses as too large is replaced by a small stub
+//! on the configured dead-letter topic, and the event then counts as delivered.
+//!
+//! The stub keeps the original key and headers, adds `mongo.error`, and its value is
+//! `{"documentKey":<the original key JSON>,"clusterTime":"<s>.<i>"|null,"topic":…,"size":<bytes>,
+//! "reason":…}`. Limits that trigger it: the producer's `message.max.bytes` (checked by librdkafka
+//! when the record is enqueued) and the topic's `max.message.bytes` (the broker answers
+//! `MESSAGE_TOO_LARGE`), see Kafka's and librdkafka's configuration references.
+//!
+//! Invariants: nothing is dropped silently (each stub is counted and logged where it is made,
+//! [`super::delivery`]); a stub is never replaced by a stub of itself: a stub Kafka refuses fails
+//! the pipeline with the reason.
+
+use std::sync::Arc;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message, OwnedMessage};
+
+use crate::encode::{Record, header_name};
+
+/// What is known of a record Kafka refused: enough to name it and to build its stub.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// The topic it was bound for.
+    pub topic: Arc<str>,
+    /// Its key bytes.
+    pub key: Vec<u8>,
+    /// Its headers (the bridge's own names only).
+    pub headers: Vec<(&'static str, Vec<u8>)>,
+    /// Key plus value bytes.
+    pub size: usize,
+}
+
+impl Refused {
+    /// A record librdkafka refused when it was enqueued.
+    pub fn from_record(record: Record) -> Self {
+        let size = record.key.len() + record.value.as_ref().map_or(0, Vec::len);
+        Self {
+            topic: record.topic,
+            key: record.key,
+            headers: record.headers,
+            size,
+        }
+    }
+
+    /// A record the broker refused (librdkafka hands it back with the delivery error).
+    pub fn from_message(message: &OwnedMessage) -> Self {
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .filter_map(|h| Some((header_name(h.key)?, h.value?.to_vec())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key = message.key().unwrap_or_default().to_vec();
+        Self {
+            topic: Arc::from(message.topic()),
+            size: message.payload().map_or(0, <[u8]>::len) + key.len(),
+            key,
+            headers,
+        }
+    }
+
+    /// The key as text, for errors and logs.
+    pub fn key_text(&self) -> String {
+        String::from_utf8_lossy(&self.key).into_owned()
+    }
+}
+
+/// The stub on `dead_letter_topic` for `refused`, which Kafka refused with `error`.
+pub fn stub(dead_letter_topic: &Arc<str>, refused: &Refused, error: &KafkaError) -> Record {
+    let reason = format!("{error}");
+    let cluster_time = refused
+        .headers
+        .iter()
+        .find(|(name, _)| *name == "mongo.cluster_time")
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    let key_json: serde_json::Value = serde_json::from_slice(&refused.key)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&refused.key).into());
+    let value = serde_json::json!({
+        "documentKey": key_json,
+        "clusterTime": cluster_time,
+        "topic": &*refused.topic,
+        "size": refused.size,
+        "reason": reason,
+    });
+    let mut headers = refused.headers.clone();
+    headers.push(("mongo.error", reason.into_bytes()));
+    Record {
+        topic: Arc::clone(dead_letter_topic),
+        key: refused.key.clone(),
+        value: Some(value.to_string().into_bytes()),
+        headers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::RDKafkaErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn stub_keeps_key_and_headers_and_describes_the_refusal() {
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let key = br#"{"_id":{"$numberInt":"1"}}"#;
+        let refused = Refused::from_record(Record {
+            topic: Arc::from("shop.orders"),
+            key: key.to_vec(),
+            value: Some(vec![b'x'; 2_000_000 - key.len()]),
+            headers: vec![
+                ("mongo.operation_type", b"insert".to_vec()),
+                ("mongo.cluster_time", b"1700000000.3".to_vec()),
+            ],
+        });
+        let dlq: Arc<str> = Arc::from("orders.dlq");
+        let record = stub(&dlq, &refused, &error);
+        assert_eq!(&*record.topic, "orders.dlq");
+        assert_eq!(record.key, key.to_vec());
+        assert_eq!(record.headers.len(), 3);
+        assert_eq!(record.headers[2].0, "mongo.error");
+        let value: serde_json::Value =
+            serde_json::from_slice(record.value.as_deref().expect("stub has a value"))
+                .expect("JSON");
+        assert_eq!(
+            value["documentKey"],
+            serde_json::json!({"_id": {"$numberInt": "1"}})
+        );
+        assert_eq!(value["clusterTime"], "1700000000.3");
+        assert_eq!(value["topic"], "shop.orders");
+        assert_eq!(value["size"], 2_000_000);
+    }
+}

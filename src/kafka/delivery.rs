@@ -1,0 +1,181 @@
+//! What became of enqueued records, and the future that stands for one change event in the
+//! relay's ordered window.
+//!
+//! WARNING: this decides when an event counts as delivered. [`EventDeliveries::wait`] resolves
+//! `Ok` only when every record of the event was acknowledged by the broker (or, under
+//! `on_oversize = "dead_letter"`, an oversized record's stub was); any other refusal or a
+//! cancelled delivery future (the producer was dropped) resolves `Err`, which stops the window's
+//! advance (see `window.rs`). A record librdkafka refuses when it is enqueued takes the same path
+//! as one the broker refuses ([`Delivery::Refused`]), so the oversize policy is applied in one
+//! place.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::DeliveryFuture;
+
+use super::dead_letter::{self, Refused};
+use super::sink::KafkaSink;
+use crate::error::{BridgeError, is_oversize};
+use crate::metrics::{PipelineMetrics, TopicMetrics};
+
+/// One record handed to the producer: its delivery future, or librdkafka's refusal at enqueue.
+pub enum Delivery {
+    /// Enqueued; the future resolves with the broker's answer.
+    Enqueued(DeliveryFuture),
+    /// Refused when it was enqueued (e.g. larger than the producer's `message.max.bytes`).
+    Refused(KafkaError, Refused),
+}
+
+/// What became of one record.
+pub enum Outcome {
+    /// Acknowledged by the broker (`acks=all`).
+    Delivered,
+    /// Refused by librdkafka or the broker, after librdkafka's own retries.
+    Refused(KafkaError, Refused),
+    /// The delivery future was dropped without a result (the producer was closed): not delivered.
+    Cancelled,
+}
+
+impl Delivery {
+    /// Waits for the record's fate.
+    pub async fn outcome(self) -> Outcome {
+        match self {
+            Self::Refused(error, refused) => Outcome::Refused(error, refused),
+            Self::Enqueued(future) => match future.await {
+                Ok(Ok(_)) => Outcome::Delivered,
+                Ok(Err((error, message))) => {
+                    Outcome::Refused(error, Refused::from_message(&message))
+                }
+                Err(_) => Outcome::Cancelled,
+            },
+        }
+    }
+
+    /// `Ok` once delivered; the refusal or cancellation as a [`BridgeError`] of `pipeline` (for
+    /// records outside the window: gap markers, stubs).
+    pub async fn delivered(self, pipeline: &str) -> Result<(), BridgeError> {
+        match self.outcome().await {
+            Outcome::Delivered => Ok(()),
+            Outcome::Refused(source, refused) => Err(BridgeError::Delivery {
+                pipeline: pipeline.to_owned(),
+                topic: refused.topic.to_string(),
+                source: Box::new(source),
+            }),
+            Outcome::Cancelled => Err(BridgeError::DeliveryCancelled {
+                pipeline: pipeline.to_owned(),
+            }),
+        }
+    }
+}
+
+/// What the in-flight events of one pipeline share: built once per relay, one `Arc` per event.
+pub struct DeliveryContext {
+    /// Pipeline name.
+    pub pipeline: Arc<str>,
+    /// The pipeline's metric handles.
+    pub metrics: PipelineMetrics,
+    /// The producer and topic of the dead-letter policy, when configured.
+    pub dead_letter: Option<(KafkaSink, Arc<str>)>,
+}
+
+/// One change event's records in flight.
+pub struct EventDeliveries {
+    /// The pipeline's shared part.
+    pub context: Arc<DeliveryContext>,
+    /// The pipeline's handles for the topic of the event's records.
+    pub topic_metrics: Arc<TopicMetrics>,
+    /// The event's `wallTime` (ms) and `clusterTime`, for the end-to-end latency.
+    pub event_time: (Option<i64>, Option<bson::Timestamp>),
+    /// When the event's last record was enqueued: the start of `delivery_duration`.
+    pub enqueued_at: Instant,
+    /// One per record, in the order they were enqueued.
+    pub deliveries: Vec<Delivery>,
+}
+
+impl EventDeliveries {
+    /// `Ok` only when every record was delivered (or an oversized record's stub was delivered
+    /// to the dead-letter topic); the first failure or cancellation is the error.
+    pub async fn wait(mut self, operation_type: &str) -> Result<(), BridgeError> {
+        let deliveries = std::mem::take(&mut self.deliveries);
+        let count = deliveries.len() as u64;
+        let this = self;
+        for delivery in deliveries {
+            match delivery.outcome().await {
+                Outcome::Delivered => {}
+                Outcome::Refused(error, refused) if is_oversize(&error) => {
+                    this.oversize(error, refused).await?;
+                }
+                Outcome::Refused(error, refused) => {
+                    this.topic_metrics.delivery_error(&error_code(&error));
+                    return Err(BridgeError::Delivery {
+                        pipeline: this.context.pipeline.to_string(),
+                        topic: refused.topic.to_string(),
+                        source: Box::new(error),
+                    });
+                }
+                Outcome::Cancelled => {
+                    this.topic_metrics.delivery_error("cancelled");
+                    return Err(this.cancelled());
+                }
+            }
+        }
+        this.topic_metrics
+            .delivery_duration
+            .observe(this.enqueued_at.elapsed().as_secs_f64());
+        this.topic_metrics.delivered(operation_type, count);
+        this.context
+            .metrics
+            .end_to_end(this.event_time.0, this.event_time.1);
+        Ok(())
+    }
+
+    fn cancelled(&self) -> BridgeError {
+        BridgeError::DeliveryCancelled {
+            pipeline: self.context.pipeline.to_string(),
+        }
+    }
+
+    /// A record too large for Kafka: its stub goes to the dead-letter topic when one is
+    /// configured, else the pipeline fails. A refused stub fails the pipeline too (never a stub
+    /// of the stub).
+    async fn oversize(&self, error: KafkaError, refused: Refused) -> Result<(), BridgeError> {
+        let pipeline = self.context.pipeline.to_string();
+        let Some((sink, dlq)) = &self.context.dead_letter else {
+            self.topic_metrics.delivery_error(&error_code(&error));
+            return Err(BridgeError::Oversize {
+                pipeline,
+                topic: refused.topic.to_string(),
+                key: refused.key_text(),
+                size: refused.size,
+            });
+        };
+        let stub = dead_letter::stub(dlq, &refused, &error);
+        self.topic_metrics.delivery_error("dead_lettered");
+        tracing::error!(pipeline, topic = %refused.topic, size = refused.size,
+            "record too large for Kafka: a stub goes to the dead-letter topic instead");
+        let stub_refused = |source| BridgeError::DeadLetterRefused {
+            pipeline: pipeline.clone(),
+            topic: dlq.to_string(),
+            key: refused.key_text(),
+            source: Box::new(source),
+        };
+        let delivery = match sink.enqueue_waiting(&stub, None).await {
+            Ok(future) => Delivery::Enqueued(future),
+            Err(source) => return Err(stub_refused(source)),
+        };
+        match delivery.outcome().await {
+            Outcome::Delivered => Ok(()),
+            Outcome::Refused(source, _) => Err(stub_refused(source)),
+            Outcome::Cancelled => Err(self.cancelled()),
+        }
+    }
+}
+
+/// A bounded label for a delivery error: librdkafka's code name.
+fn error_code(error: &KafkaError) -> String {
+    error
+        .rdkafka_error_code()
+        .map_or("unknown".into(), |c| format!("{c:?}"))
+}

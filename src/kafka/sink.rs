@@ -1,0 +1,144 @@
+//! The pipeline's Kafka producer: enqueues records without waiting for their delivery.
+//!
+//! Invariants:
+//! - "Enqueued" means handed to librdkafka (`send_result` returned a [`DeliveryFuture`]);
+//!   "delivered" means that future resolved `Ok`. A cancelled future is *not* delivered.
+//! - One producer per pipeline carries everything the pipeline writes: its records, dead-letter
+//!   stubs and gap markers (a transactional producer, later, must be the only one of its id).
+//! - [`KafkaSink::flush`] is called before the last handle is dropped: librdkafka's destroy path
+//!   purges queued records. The destroy itself runs on the blocking pool ([`super::Detached`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+
+use super::Detached;
+use super::context::KafkaContext;
+use crate::config::KafkaConfig;
+use crate::encode::Record;
+
+/// Why a record could not be enqueued.
+#[derive(Debug)]
+pub enum EnqueueError {
+    /// librdkafka's local queue is full: wait for deliveries and enqueue again (backpressure).
+    QueueFull,
+    /// Any other error: the record cannot be produced by this producer.
+    Failed(KafkaError),
+}
+
+/// The producer type: its client context publishes librdkafka statistics as metrics.
+type SinkProducer = FutureProducer<KafkaContext>;
+
+/// One pipeline's producer (clones share it).
+#[derive(Clone)]
+pub struct KafkaSink {
+    producer: Arc<Detached<SinkProducer>>,
+}
+
+impl KafkaSink {
+    /// Creates the producer, publishing librdkafka statistics through `context` every
+    /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
+    ///
+    /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
+    /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
+    /// errors, after `message.timeout.ms`.
+    pub fn new(kafka: &KafkaConfig, context: KafkaContext) -> Result<Self, KafkaError> {
+        let mut config = super::producer_config(kafka);
+        if !kafka.properties.contains_key("statistics.interval.ms") {
+            config.set(
+                "statistics.interval.ms",
+                super::context::DEFAULT_STATISTICS_INTERVAL_MS,
+            );
+        }
+        let producer: SinkProducer = config.create_with_context(context)?;
+        Ok(Self {
+            producer: Arc::new(Detached::new(producer)),
+        })
+    }
+
+    /// Enqueues `record` without waiting for its delivery.
+    ///
+    /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
+    /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
+    pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
+        self.enqueue_to(record, None)
+    }
+
+    /// Like [`KafkaSink::enqueue`], to an explicit `partition` when given (else the key decides).
+    pub fn enqueue_to(
+        &self,
+        record: &Record,
+        partition: Option<i32>,
+    ) -> Result<DeliveryFuture, EnqueueError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_slice()),
+            });
+        }
+        let mut future = FutureRecord::to(&record.topic)
+            .key(&record.key)
+            .headers(headers);
+        if let Some(value) = &record.value {
+            future = future.payload(value);
+        }
+        if let Some(partition) = partition {
+            future = future.partition(partition);
+        }
+        self.producer
+            .send_result(future)
+            .map_err(|(error, _)| match error {
+                KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
+                    EnqueueError::QueueFull
+                }
+                other => EnqueueError::Failed(other),
+            })
+    }
+
+    /// Like [`KafkaSink::enqueue_to`], waiting in 5 ms steps while librdkafka's queue is full
+    /// (for the few records produced outside the relay's window: gap markers, dead-letter stubs).
+    ///
+    /// Errors: any other enqueue error.
+    pub async fn enqueue_waiting(
+        &self,
+        record: &Record,
+        partition: Option<i32>,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        loop {
+            match self.enqueue_to(record, partition) {
+                Ok(delivery) => return Ok(delivery),
+                Err(EnqueueError::QueueFull) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(EnqueueError::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
+    /// does not answer within `timeout`.
+    pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
+        let producer = Arc::clone(&self.producer);
+        let metadata = tokio::task::spawn_blocking(move || {
+            let metadata = producer.client().fetch_metadata(None, timeout).ok()?;
+            let topics = metadata.topics().iter();
+            Some(
+                topics
+                    .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        metadata.await.ok().flatten()
+    }
+
+    /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the
+    /// blocking librdkafka call on the blocking pool. Returns whether the queue is empty.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || producer.flush(timeout).is_ok())
+            .await
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,126 @@
+//! Which topic a record goes to, and the naming rule of the bridge's own topics.
+//!
+//! Data topics (README "Record format"):
+//! - a pipeline with `topic` writes everything there;
+//! - otherwise a change event goes to `<topic_prefix><db>.<coll>` of its `ns`, or
+//!   `<topic_prefix><db>` for a database event (`dropDatabase`);
+//! - an event without `ns` goes to the pipeline's configured namespace: `<topic_prefix><db>.<coll>`
+//!   for a collection, `<topic_prefix><db>` for a database, `<topic_prefix><pipeline name>` for a
+//!   deployment ([`fallback`]).
+//!
+//! Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
+//! `__transaction_state`) and to the bridge, whose own topics are named
+//! `__mongo_kafka_bridge.<offsets_database>.<kind>` ([`internal`]). No pipeline writes one
+//! (configuration refuses a `topic`, `dead_letter_topic` or `topic_prefix` starting with `__`),
+//! gap markers skip them ([`written_by`]), and the offsets database in the name keeps two
+//! deployments on one cluster apart.
+
+use crate::config::PipelineConfig;
+
+/// The prefix of every internal topic, Kafka's and the bridge's.
+pub const INTERNAL_PREFIX: &str = "__";
+
+/// The topic of namespace `db`.`coll` (or database `db`) under `prefix`.
+pub fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
+    match coll {
+        Some(coll) => format!("{prefix}{db}.{coll}"),
+        None => format!("{prefix}{db}"),
+    }
+}
+
+/// The topic of events without `ns` when the pipeline has no `topic`: its configured namespace.
+pub fn fallback(p: &PipelineConfig, prefix: &str) -> String {
+    match &p.database {
+        Some(db) => for_namespace(prefix, db, p.collection.as_deref()),
+        None => format!("{prefix}{}", p.name),
+    }
+}
+
+/// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
+/// collection scope).
+pub fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
+    match (&p.topic, &p.database, &p.collection) {
+        (Some(topic), _, _) => Some(topic.clone()),
+        (None, Some(db), Some(coll)) => Some(for_namespace(prefix, db, Some(coll))),
+        _ => None,
+    }
+}
+
+/// Whether `topic` is internal (Kafka's or the bridge's own): never a data topic.
+pub fn is_internal(topic: &str) -> bool {
+    topic.starts_with(INTERNAL_PREFIX)
+}
+
+/// The name of the bridge's own topic of `kind` for the deployment whose offsets live in
+/// `offsets_database`.
+pub fn internal(offsets_database: &str, kind: &str) -> String {
+    format!("{INTERNAL_PREFIX}mongo_kafka_bridge.{offsets_database}.{kind}")
+}
+
+/// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
+pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
+    if is_internal(topic) {
+        return false;
+    }
+    if let Some(fixed) = &p.topic {
+        return topic == fixed;
+    }
+    let Some(rest) = topic.strip_prefix(prefix) else {
+        return false;
+    };
+    match (&p.database, &p.collection) {
+        (Some(db), Some(coll)) => rest == format!("{db}.{coll}"),
+        (Some(db), None) => rest
+            .strip_prefix(db.as_str())
+            .is_some_and(|r| r.is_empty() || r.starts_with('.')),
+        _ => rest.contains('.'),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipeline(text: &str) -> PipelineConfig {
+        let toml = format!(
+            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+             [[pipelines]]\nname = \"p\"\n{text}"
+        );
+        crate::Config::from_toml(&toml, std::iter::empty())
+            .expect("valid")
+            .pipelines
+            .remove(0)
+    }
+
+    #[test]
+    fn topics_of_each_scope() {
+        let coll = pipeline("database = \"shop\"\ncollection = \"orders\"\n");
+        assert!(written_by(&coll, "cdc.", "cdc.shop.orders"));
+        assert!(!written_by(&coll, "cdc.", "cdc.shop.orders2"));
+        assert_eq!(known(&coll, "cdc.").as_deref(), Some("cdc.shop.orders"));
+        assert_eq!(fallback(&coll, "cdc."), "cdc.shop.orders");
+        let db = pipeline("database = \"shop\"\n");
+        assert!(written_by(&db, "", "shop.orders"));
+        assert!(written_by(&db, "", "shop"));
+        assert!(!written_by(&db, "", "shopping.orders"));
+        assert_eq!(known(&db, ""), None);
+        assert_eq!(fallback(&db, "x."), "x.shop");
+        let all = pipeline("");
+        assert!(written_by(&all, "", "any.thing"));
+        assert!(!written_by(&all, "", "__consumer_offsets"));
+        assert_eq!(fallback(&all, "x."), "x.p");
+        let fixed = pipeline("database = \"shop\"\ntopic = \"orders-cdc\"\n");
+        assert!(written_by(&fixed, "", "orders-cdc"));
+        assert!(!written_by(&fixed, "", "shop.orders"));
+    }
+
+    #[test]
+    fn the_bridges_own_topics_are_internal_and_never_data_topics() {
+        let name = internal("mongo_kafka_bridge", "control");
+        assert_eq!(name, "__mongo_kafka_bridge.mongo_kafka_bridge.control");
+        assert!(is_internal(&name));
+        let all = pipeline("");
+        assert!(!written_by(&all, "", &name));
+        assert!(!is_internal("shop.orders"));
+    }
+}

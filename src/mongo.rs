@@ -1,0 +1,104 @@
+//! The MongoDB client: building it from `[mongodb]`, the deployment's cluster time, and the
+//! diagnosis of a URI whose `replicaSet` does not match the servers'.
+//!
+//! Invariants: no error message carries the URI's secrets (they go through
+//! [`Config::redact`]); the diagnosis only reads (`hello`) and is bounded in time.
+
+use std::time::Duration;
+
+use bson::{Timestamp, doc};
+use mongodb::Client;
+use mongodb::options::ClientOptions;
+
+use crate::config::Config;
+use crate::error::BridgeError;
+
+/// Bound of each call of the replica-set diagnosis.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connects a MongoDB client for `config` (no I/O beyond SRV lookups; servers are contacted
+/// lazily). Errors: [`BridgeError::Config`] on `mongodb.uri` for a URI the driver rejects.
+pub async fn client(config: &Config) -> Result<Client, BridgeError> {
+    client_with(config, |_| ()).await
+}
+
+/// Like [`client`], letting `adjust` change the parsed options (e.g. shorter timeouts).
+pub async fn client_with(
+    config: &Config,
+    adjust: impl FnOnce(&mut ClientOptions),
+) -> Result<Client, BridgeError> {
+    let mut options = options(config).await?;
+    adjust(&mut options);
+    Client::with_options(options).map_err(|e| BridgeError::Config {
+        field: "mongodb.uri".into(),
+        reason: config.redact(&e.kind.to_string()),
+    })
+}
+
+async fn options(config: &Config) -> Result<ClientOptions, BridgeError> {
+    let mut options = ClientOptions::parse(config.mongodb.uri.expose())
+        .await
+        .map_err(|e| BridgeError::Config {
+            field: "mongodb.uri".into(),
+            reason: config.redact(&e.to_string()),
+        })?;
+    if options.app_name.is_none() {
+        options.app_name = Some("mongo-kafka-bridge".to_owned());
+    }
+    Ok(options)
+}
+
+/// The deployment's current cluster time: `operationTime` (else `$clusterTime.clusterTime`) of
+/// a `hello`. `Ok(None)` when the server reports neither (a standalone server).
+///
+/// Errors: the driver's, when the server cannot be reached.
+pub async fn cluster_time(client: &Client) -> Result<Option<Timestamp>, mongodb::error::Error> {
+    let reply = client
+        .database("admin")
+        .run_command(doc! { "hello": 1 })
+        .await?;
+    Ok(reply.get_timestamp("operationTime").ok().or_else(|| {
+        reply
+            .get_document("$clusterTime")
+            .ok()?
+            .get_timestamp("clusterTime")
+            .ok()
+    }))
+}
+
+/// When `mongodb.uri` names a `replicaSet`, asks each host it lists directly for its set name;
+/// the first host that answers with another name gives a [`BridgeError::ReplicaSetMismatch`].
+/// `None` when the URI names no set, the names agree, or no host answers (an outage, not a
+/// mismatch).
+pub async fn replica_set_mismatch(config: &Config) -> Option<BridgeError> {
+    let options = options(config).await.ok()?;
+    let configured = options.repl_set_name.clone()?;
+    for host in &options.hosts {
+        let mut direct = options.clone();
+        direct.hosts = vec![host.clone()];
+        direct.repl_set_name = None;
+        direct.direct_connection = Some(true);
+        direct.server_selection_timeout = Some(PROBE_TIMEOUT);
+        direct.connect_timeout = Some(PROBE_TIMEOUT);
+        let Ok(client) = Client::with_options(direct) else {
+            continue;
+        };
+        let hello = client
+            .database("admin")
+            .run_command(doc! { "hello": 1 })
+            .await;
+        client.shutdown().immediate(true).await;
+        let Ok(hello) = hello else { continue };
+        let reported = hello
+            .get_str("setName")
+            .unwrap_or("(none: not a replica set)");
+        if reported != configured {
+            return Some(BridgeError::ReplicaSetMismatch {
+                configured,
+                reported: reported.to_owned(),
+                host: host.to_string(),
+            });
+        }
+    }
+    None
+}

@@ -1,0 +1,227 @@
+//! The offsets document: one per pipeline in `<offsets_database>.<offsets_collection>`. This
+//! module owns it: its field names, its parsed type, its schema version, and every read and
+//! write ([`OffsetsStore`] for a running pipeline, [`admin`] for operators and `check`).
+//!
+//! Shape (a public contract, README "Offsets"):
+//! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
+//!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
+//!   startAtOperationTime?}`.
+//!
+//! Invariants:
+//! - Only this module names the document's fields ([`fields`]).
+//! - Every write sets `schemaVersion`; a document with a newer one than [`SCHEMA_VERSION`] is
+//!   refused before anything is written, so an older binary in a rolling update never ignores
+//!   fields a newer one relies on.
+//! - Ownership: taking a pipeline increments `epoch`; every later write of the owner filters on
+//!   `{_id, epoch}` (fencing, see [`store`]); operator writes filter on the epoch they read and
+//!   increment it, so a running owner is fenced instead of overwriting them.
+//! - Every write uses write concern `majority`, so a committed position survives a failover.
+//! - Moving a position to a cluster time without a token is one update ([`moved_to`]), whoever
+//!   makes it (the history-loss policy `skip`, `offsets reset`).
+
+use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
+
+pub mod admin;
+pub mod command;
+mod format;
+mod store;
+
+pub use store::OffsetsStore;
+
+/// The schema version this binary writes and understands.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The document's field names.
+pub(crate) mod fields {
+    /// The pipeline name.
+    pub const ID: &str = "_id";
+    /// Version of the document's shape ([`super::SCHEMA_VERSION`]).
+    pub const SCHEMA_VERSION: &str = "schemaVersion";
+    /// The committed resume token, as the server sent it.
+    pub const RESUME_TOKEN: &str = "resumeToken";
+    /// `clusterTime` of the last committed event.
+    pub const CLUSTER_TIME: &str = "clusterTime";
+    /// Best-known cluster time of the committed position.
+    pub const POSITION_TIME: &str = "positionTime";
+    /// `wallTime` of the last committed event.
+    pub const WALL_TIME: &str = "wallTime";
+    /// When the document was last written with a position.
+    pub const UPDATED_AT: &str = "updatedAt";
+    /// Events committed over the pipeline's life.
+    pub const EVENTS_COMMITTED: &str = "eventsCommitted";
+    /// Incremented by every take-over and operator reset (fencing).
+    pub const EPOCH: &str = "epoch";
+    /// `host:pid:uuid` of the owning instance, or the operator's reset.
+    pub const OWNER: &str = "owner";
+    /// Until when the owner's lease holds.
+    pub const LEASE_UNTIL: &str = "leaseUntil";
+    /// Version of the binary that wrote last.
+    pub const BRIDGE_VERSION: &str = "bridgeVersion";
+    /// Where to start when there is no token (`start_at`, `offsets reset`, history skip).
+    pub const START_AT_OPERATION_TIME: &str = "startAtOperationTime";
+}
+
+/// An offsets document as read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OffsetsDoc {
+    /// The committed resume token, if any.
+    pub resume_token: Option<RawDocumentBuf>,
+    /// Where to start when there is no token.
+    pub start_at_operation_time: Option<Timestamp>,
+    /// `clusterTime` of the last committed event.
+    pub cluster_time: Option<Timestamp>,
+    /// Best-known cluster time of the committed position.
+    pub position_time: Option<Timestamp>,
+    /// The current epoch; `None` before the first take.
+    pub epoch: Option<i64>,
+    /// The owner that wrote last.
+    pub owner: Option<String>,
+    /// Until when the owner's lease holds.
+    pub lease_until: Option<DateTime>,
+    /// Events committed so far.
+    pub events_committed: i64,
+    /// Version of its shape; 0 for documents written before versions existed.
+    pub schema_version: i64,
+}
+
+fn integer(d: &Document, key: &str) -> Result<Option<i64>, String> {
+    match d.get(key) {
+        None => Ok(None),
+        Some(Bson::Int64(v)) => Ok(Some(*v)),
+        Some(Bson::Int32(v)) => Ok(Some(i64::from(*v))),
+        Some(_) => Err(format!("{key} must be an integer")),
+    }
+}
+
+impl OffsetsDoc {
+    /// Reads a stored document.
+    ///
+    /// Errors: a sentence naming the field that is wrong, or saying that a newer version of
+    /// the bridge wrote it (with what to do).
+    pub fn parse(d: &Document) -> Result<Self, String> {
+        let schema_version = integer(d, fields::SCHEMA_VERSION)?.unwrap_or(0);
+        if schema_version > SCHEMA_VERSION {
+            return Err(format!(
+                "it was written by a newer version of the bridge (schemaVersion {schema_version}; \
+                 this binary, version {}, understands up to {SCHEMA_VERSION}). Remedy: run the \
+                 newer version (finish the rolling update), or reset the pipeline with \
+                 `offsets reset` to let this version start it anew",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+        let resume_token = match d.get(fields::RESUME_TOKEN) {
+            None | Some(Bson::Null) => None,
+            Some(Bson::Document(token)) => Some(
+                RawDocumentBuf::from_document(token)
+                    .map_err(|_| "resumeToken is not valid BSON".to_owned())?,
+            ),
+            Some(_) => return Err("resumeToken must be a document".to_owned()),
+        };
+        let ts = |key: &str| d.get_timestamp(key).ok();
+        Ok(Self {
+            resume_token,
+            start_at_operation_time: ts(fields::START_AT_OPERATION_TIME),
+            cluster_time: ts(fields::CLUSTER_TIME),
+            position_time: ts(fields::POSITION_TIME),
+            epoch: integer(d, fields::EPOCH)?,
+            owner: d.get_str(fields::OWNER).ok().map(str::to_owned),
+            lease_until: d.get_datetime(fields::LEASE_UNTIL).ok().copied(),
+            events_committed: integer(d, fields::EVENTS_COMMITTED)?.unwrap_or(0),
+            schema_version,
+        })
+    }
+
+    /// The owner and the end of its lease, when the lease is still running at `now`.
+    pub fn live_owner(&self, now: DateTime) -> Option<(&str, DateTime)> {
+        let until = self.lease_until.filter(|until| *until > now)?;
+        Some((self.owner.as_deref().unwrap_or("unknown"), until))
+    }
+
+    /// The position the document stands for: its token's `positionTime` (else `clusterTime`),
+    /// or its `startAtOperationTime`, labelled `token` / `startAt`.
+    pub fn position(&self) -> Option<(&'static str, Timestamp)> {
+        if self.resume_token.is_some() {
+            self.position_time
+                .or(self.cluster_time)
+                .map(|t| ("token", t))
+        } else {
+            self.start_at_operation_time.map(|t| ("startAt", t))
+        }
+    }
+}
+
+/// The `$set` and `$unset` of an update that moves a position to cluster time `at` without a
+/// token: the next start uses `startAtOperationTime: at`. The event fields of the old position
+/// (`clusterTime`, `wallTime`) go with the token: they describe an event that is no longer the
+/// position.
+pub(crate) fn moved_to(at: Timestamp) -> (Document, Document) {
+    let set = doc! {
+        fields::START_AT_OPERATION_TIME: at,
+        fields::POSITION_TIME: at,
+        fields::UPDATED_AT: DateTime::now(),
+        fields::SCHEMA_VERSION: SCHEMA_VERSION,
+        fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+    };
+    let unset = doc! { fields::RESUME_TOKEN: "", fields::CLUSTER_TIME: "", fields::WALL_TIME: "" };
+    (set, unset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_of_a_newer_version_is_refused_with_the_way_forward() {
+        let error =
+            OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64, "schemaVersion": 99_i64 })
+                .expect_err("newer");
+        assert!(error.contains("schemaVersion 99"), "{error}");
+        assert!(error.contains("understands up to 1"), "{error}");
+        let older = OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64 }).expect("older");
+        assert_eq!(older.schema_version, 0);
+        assert_eq!(older.epoch, Some(3));
+    }
+
+    #[test]
+    fn the_position_prefers_the_token_and_falls_back_to_start_at() {
+        let ts = Timestamp {
+            time: 5,
+            increment: 1,
+        };
+        let with_token =
+            OffsetsDoc::parse(&doc! { "resumeToken": { "_data": "82" }, "positionTime": ts })
+                .expect("valid");
+        assert_eq!(with_token.position(), Some(("token", ts)));
+        let reset = OffsetsDoc::parse(&doc! { "startAtOperationTime": ts }).expect("valid");
+        assert_eq!(reset.position(), Some(("startAt", ts)));
+        assert_eq!(OffsetsDoc::parse(&doc! {}).expect("valid").position(), None);
+    }
+
+    #[test]
+    fn wrong_types_name_their_field() {
+        assert_eq!(
+            OffsetsDoc::parse(&doc! { "epoch": "one" }),
+            Err("epoch must be an integer".to_owned())
+        );
+        assert_eq!(
+            OffsetsDoc::parse(&doc! { "resumeToken": "x" }),
+            Err("resumeToken must be a document".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_live_owner_is_one_whose_lease_has_not_ended() {
+        let now = DateTime::now();
+        let later = DateTime::from_millis(now.timestamp_millis() + 5000);
+        let held = OffsetsDoc {
+            owner: Some("a".into()),
+            lease_until: Some(later),
+            ..OffsetsDoc::default()
+        };
+        assert_eq!(held.live_owner(now), Some(("a", later)));
+        assert_eq!(
+            held.live_owner(DateTime::from_millis(later.timestamp_millis() + 1)),
+            None
+        );
+    }
+}

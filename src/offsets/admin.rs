@@ -1,0 +1,97 @@
+//! Operator access to the offsets documents, for the `offsets` command and `check`: read any
+//! pipeline's document, move its position, delete it.
+//!
+//! Invariants: every write filters on the epoch read before it (a concurrent take-over makes it
+//! match nothing instead of racing), increments the epoch (a running owner is fenced on its next
+//! write instead of overwriting the reset), ends the lease, and uses write concern `majority`.
+
+use bson::{DateTime, Document, Timestamp, doc};
+use mongodb::error::Error as MongoError;
+use mongodb::options::WriteConcern;
+use mongodb::{Client, Collection};
+
+use super::{SCHEMA_VERSION, fields, moved_to};
+use crate::config::MongoConfig;
+use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
+
+/// The offsets collection of a configuration.
+pub struct OffsetsAdmin {
+    collection: Collection<Document>,
+}
+
+impl OffsetsAdmin {
+    /// The offsets collection `[mongodb]` names.
+    pub fn new(client: &Client, mongodb: &MongoConfig) -> Self {
+        Self {
+            collection: client
+                .database(&mongodb.offsets_database)
+                .collection(&mongodb.offsets_collection),
+        }
+    }
+
+    /// The document of pipeline `name`, as stored.
+    pub async fn find(&self, name: &str) -> Result<Option<Document>, MongoError> {
+        self.collection.find_one(doc! { fields::ID: name }).await
+    }
+
+    /// Every document, by pipeline name.
+    pub async fn list(&self) -> Result<Vec<Document>, MongoError> {
+        use futures::TryStreamExt;
+        self.collection
+            .find(doc! {})
+            .sort(doc! { fields::ID: 1 })
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// Deletes the document of `name` if its epoch is still `epoch`; whether it was deleted.
+    pub async fn delete(&self, name: &str, epoch: Option<i64>) -> Result<bool, MongoError> {
+        let result = self
+            .collection
+            .delete_one(doc! { fields::ID: name, fields::EPOCH: epoch })
+            .write_concern(WriteConcern::majority())
+            .await?;
+        Ok(result.deleted_count == 1)
+    }
+
+    /// Moves `name` to cluster time `at` without a token ([`moved_to`]), increments the epoch
+    /// (read as `epoch`; `None` creates the document) and ends the lease, recording `owner` as
+    /// the writer. Whether the write applied (`false`: the document changed in between).
+    pub async fn move_to(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        at: Timestamp,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let (mut set, unset) = moved_to(at);
+        set.insert(fields::LEASE_UNTIL, DateTime::now());
+        set.insert(fields::OWNER, owner);
+        let majority = WriteConcern::majority();
+        let Some(epoch) = epoch else {
+            let mut new = set;
+            new.insert(fields::ID, name);
+            new.insert(fields::EPOCH, 1_i64);
+            new.insert(fields::EVENTS_COMMITTED, 0_i64);
+            new.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
+            return match self
+                .collection
+                .insert_one(new)
+                .write_concern(majority)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let update = doc! { "$set": set, "$unset": unset, "$inc": { fields::EPOCH: 1_i64 } };
+        let result = self
+            .collection
+            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .write_concern(majority)
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+}

@@ -1,0 +1,336 @@
+//! A running pipeline's access to its offsets document: taking it, committing positions,
+//! renewing and releasing the lease.
+//!
+//! Invariants:
+//! - Ownership: [`OffsetsStore::take`] increments `epoch` conditionally on the epoch it just read
+//!   (`findOneAndUpdate`); every later write filters on `{_id, epoch}`. A write that matches
+//!   nothing means another instance took the pipeline: [`BridgeError::Fenced`].
+//! - A standby takes a pipeline only through [`OffsetsStore::take_lapsed`]: one compare-and-set
+//!   on the epoch it read *and* a lapsed lease, so of several standbys exactly one wins.
+//! - Never regresses: only positions from the relay's ordered window are written, by one task,
+//!   in the order they were published (see `window.rs`), and a fenced writer writes nothing.
+//! - `leaseUntil` is refreshed every commit interval even when the position did not move, so
+//!   tools can tell a live owner from a dead one; [`OffsetsStore::lease_valid_until`] is what the
+//!   relay gates intake on (self-fencing).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bson::{DateTime, Document, Timestamp, doc};
+use mongodb::options::{ReturnDocument, WriteConcern};
+use mongodb::{Client, Collection};
+
+use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to};
+use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
+use crate::event::Position;
+
+/// Attempts of the read-then-increment take-over before giving up.
+const TAKE_ATTEMPTS: usize = 10;
+
+/// Access to the offsets collection for one pipeline.
+#[derive(Clone)]
+pub struct OffsetsStore {
+    collection: Collection<Document>,
+    pipeline: String,
+    owner: String,
+    lease: Duration,
+    lease_valid_until: Arc<AtomicI64>,
+}
+
+fn majority() -> WriteConcern {
+    WriteConcern::majority()
+}
+
+impl OffsetsStore {
+    /// A store for `pipeline`, owned by instance `owner`, with leases of `lease`.
+    pub fn new(
+        client: &Client,
+        database: &str,
+        collection: &str,
+        pipeline: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Self {
+        let collection = client.database(database).collection::<Document>(collection);
+        Self {
+            collection,
+            pipeline: pipeline.to_owned(),
+            owner: owner.to_owned(),
+            lease,
+            lease_valid_until: Arc::default(),
+        }
+    }
+
+    /// Unix ms until which our lease is known to hold: the start of the last successful write
+    /// of `leaseUntil` plus the lease. Shared by clones. The relay takes no new event after it
+    /// (self-fencing: a paused or partitioned instance stops publishing before its successor's
+    /// takeover could go unnoticed for long).
+    pub fn lease_valid_until(&self) -> Arc<AtomicI64> {
+        Arc::clone(&self.lease_valid_until)
+    }
+
+    fn lease_written(&self, started_ms: i64) {
+        let until = started_ms + self.lease.as_millis() as i64;
+        self.lease_valid_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    fn error(&self, source: mongodb::error::Error) -> BridgeError {
+        BridgeError::Checkpoint {
+            pipeline: self.pipeline.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    fn invalid(&self, reason: String) -> BridgeError {
+        BridgeError::OffsetsDocument {
+            pipeline: self.pipeline.clone(),
+            reason,
+        }
+    }
+
+    fn lease_until(&self) -> DateTime {
+        DateTime::from_millis(DateTime::now().timestamp_millis() + self.lease.as_millis() as i64)
+    }
+
+    fn parse(&self, found: &Document) -> Result<OffsetsDoc, BridgeError> {
+        OffsetsDoc::parse(found).map_err(|reason| self.invalid(reason))
+    }
+
+    /// The update of a take-over: the next epoch, our owner string and a fresh lease.
+    fn take_update(&self) -> Document {
+        doc! {
+            "$inc": { fields::EPOCH: 1_i64 },
+            "$set": { fields::OWNER: &self.owner, fields::LEASE_UNTIL: self.lease_until(),
+                      fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+                      fields::SCHEMA_VERSION: SCHEMA_VERSION },
+        }
+    }
+
+    /// The stored document, if any (no ownership check).
+    pub async fn read(&self) -> Result<Option<OffsetsDoc>, BridgeError> {
+        let found = self
+            .collection
+            .find_one(doc! { fields::ID: &self.pipeline })
+            .await
+            .map_err(|e| self.error(e))?;
+        found.as_ref().map(|d| self.parse(d)).transpose()
+    }
+
+    /// Takes the pipeline: increments `epoch`, sets `owner` and `leaseUntil`, returns the stored
+    /// position with the new epoch. Any instance holding an older epoch is fenced from now on.
+    ///
+    /// Errors: [`BridgeError::OffsetsDocument`] for a document this version cannot read (before
+    /// anything is written), [`BridgeError::Checkpoint`] when MongoDB fails.
+    pub async fn take(&self) -> Result<OffsetsDoc, BridgeError> {
+        // Conditional on the epoch just read, so a stale request (say, of a process killed while
+        // its take-over was in flight) cannot bump the epoch after a successor took it.
+        for _ in 0..TAKE_ATTEMPTS {
+            // Read (creating the document if it is missing) with findAndModify, like every
+            // other write here, rather than a plain find.
+            let current = self
+                .collection
+                .find_one_and_update(
+                    doc! { fields::ID: &self.pipeline },
+                    doc! { "$setOnInsert": { fields::EVENTS_COMMITTED: 0_i64,
+                    fields::SCHEMA_VERSION: SCHEMA_VERSION } },
+                )
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .write_concern(majority())
+                .await;
+            let current = match current {
+                Ok(Some(current)) => self.parse(&current)?,
+                Ok(None) => continue,
+                Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => continue,
+                Err(e) => return Err(self.error(e)),
+            };
+            let filter = match current.epoch {
+                Some(epoch) => doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch },
+                None => doc! { fields::ID: &self.pipeline, fields::EPOCH: { "$exists": false } },
+            };
+            if let Some(taken) = self.take_where(filter, false).await? {
+                return Ok(taken);
+            }
+            // Another instance changed the epoch in between: read again.
+        }
+        Err(self.invalid(
+            "the epoch kept changing while taking the pipeline; another instance is taking it at \
+             the same time"
+                .to_owned(),
+        ))
+    }
+
+    /// Takes the pipeline only if its epoch is still the one of `seen` (the document a standby
+    /// read; `None`: there was none) and its lease has lapsed (or it has none): one
+    /// compare-and-set, so of several standbys exactly one wins. `Ok(None)` when another
+    /// instance was first, or the owner renewed in between.
+    pub async fn take_lapsed(
+        &self,
+        seen: Option<&OffsetsDoc>,
+    ) -> Result<Option<OffsetsDoc>, BridgeError> {
+        let epoch = match seen.and_then(|d| d.epoch) {
+            Some(epoch) => bson::Bson::Int64(epoch),
+            None => bson::bson!({ "$exists": false }),
+        };
+        let filter = doc! {
+            fields::ID: &self.pipeline,
+            fields::EPOCH: epoch,
+            "$or": [
+                { fields::LEASE_UNTIL: { "$lt": DateTime::now() } },
+                { fields::LEASE_UNTIL: { "$exists": false } },
+            ],
+        };
+        // A deleted document (`offsets reset --delete`) is created by the winner; a concurrent
+        // insert of another standby meets DuplicateKey and loses.
+        let upsert = seen.is_none();
+        self.take_where(filter, upsert).await
+    }
+
+    async fn take_where(
+        &self,
+        filter: Document,
+        upsert: bool,
+    ) -> Result<Option<OffsetsDoc>, BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
+        let taken = self
+            .collection
+            .find_one_and_update(filter, self.take_update())
+            .upsert(upsert)
+            .return_document(ReturnDocument::After)
+            .write_concern(majority())
+            .await;
+        match taken {
+            Ok(Some(found)) => {
+                self.lease_written(started_ms);
+                self.parse(&found).map(Some)
+            }
+            Ok(None) => Ok(None),
+            Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(None),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// Reads the stored position again (on a restart) and checks we still own it.
+    pub async fn load(&self, epoch: i64) -> Result<OffsetsDoc, BridgeError> {
+        let offsets = self.read().await?.ok_or_else(|| {
+            self.invalid("the document was deleted while the pipeline ran".to_owned())
+        })?;
+        if offsets.epoch != Some(epoch) {
+            return Err(BridgeError::Fenced {
+                pipeline: self.pipeline.clone(),
+                epoch,
+            });
+        }
+        Ok(offsets)
+    }
+
+    /// Stores `startAtOperationTime` so a restart before the first commit starts there too.
+    pub async fn set_start_time(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
+        self.update(
+            epoch,
+            doc! { "$set": { fields::START_AT_OPERATION_TIME: at } },
+        )
+        .await
+    }
+
+    /// [`OffsetsStore::commit`] (which also sets `leaseUntil`), recording the lease's validity.
+    pub async fn commit_and_renew(
+        &self,
+        epoch: i64,
+        position: &Position,
+        events: u64,
+    ) -> Result<(), BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
+        self.commit(epoch, position, events).await?;
+        self.lease_written(started_ms);
+        Ok(())
+    }
+
+    /// Writes `position` (and `events` more committed events) with majority write concern.
+    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
+    pub async fn commit(
+        &self,
+        epoch: i64,
+        position: &Position,
+        events: u64,
+    ) -> Result<(), BridgeError> {
+        let token = position
+            .token
+            .to_document()
+            .map_err(|_| self.invalid("token is not valid BSON".to_owned()))?;
+        let mut set = doc! {
+            fields::RESUME_TOKEN: token,
+            fields::POSITION_TIME: position.position_time,
+            fields::UPDATED_AT: DateTime::now(),
+            fields::OWNER: &self.owner,
+            fields::LEASE_UNTIL: self.lease_until(),
+            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        };
+        if let Some(ts) = position.cluster_time {
+            set.insert(fields::CLUSTER_TIME, ts);
+        }
+        if let Some(ms) = position.wall_time_ms {
+            set.insert(fields::WALL_TIME, DateTime::from_millis(ms));
+        }
+        let update = doc! {
+            "$set": set,
+            "$inc": { fields::EVENTS_COMMITTED: events as i64 },
+            "$unset": { fields::START_AT_OPERATION_TIME: "" },
+        };
+        self.update(epoch, update).await
+    }
+
+    /// Moves the position to `at` on purpose (history-loss policy `skip`): the token is removed
+    /// and the next start uses `startAtOperationTime: at` ([`moved_to`]).
+    pub async fn move_to(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
+        let (set, unset) = moved_to(at);
+        self.update(epoch, doc! { "$set": set, "$unset": unset })
+            .await
+    }
+
+    /// Ends the lease now (clean or fatal stop), so standbys, tools and `offsets reset` see no
+    /// live owner.
+    pub async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
+        self.update(
+            epoch,
+            doc! { "$set": { fields::LEASE_UNTIL: DateTime::now() } },
+        )
+        .await
+    }
+
+    /// Refreshes `leaseUntil` only.
+    pub async fn renew(&self, epoch: i64) -> Result<(), BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
+        self.update(
+            epoch,
+            doc! { "$set": { fields::LEASE_UNTIL: self.lease_until() } },
+        )
+        .await?;
+        self.lease_written(started_ms);
+        Ok(())
+    }
+
+    /// Applies `update` (whose `$set` gains `schemaVersion`) if our `epoch` is still current.
+    async fn update(&self, epoch: i64, mut update: Document) -> Result<(), BridgeError> {
+        if let Ok(set) = update.get_document_mut("$set") {
+            set.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
+        }
+        let result = self
+            .collection
+            .update_one(
+                doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch },
+                update,
+            )
+            .write_concern(majority())
+            .await
+            .map_err(|e| self.error(e))?;
+        if result.matched_count == 0 {
+            return Err(BridgeError::Fenced {
+                pipeline: self.pipeline.clone(),
+                epoch,
+            });
+        }
+        Ok(())
+    }
+}
