@@ -159,7 +159,7 @@ async fn lifecycle(
             attempts.healthy_run();
             backoff_attempt = 0;
         }
-        let mut error = explain(ctx, error).await;
+        let mut error = explain(ctx, store, *epoch, error).await;
         ctx.metrics.error(error.kind(), error.class().label());
         if cancel.is_cancelled() {
             error!(pipeline = %p.name, error = %ctx.report(&error), "pipeline stopped");
@@ -248,21 +248,44 @@ async fn run_owned(
     run::once(ctx, store, offsets, cancel).await.err()
 }
 
-/// `error`, or the reason behind it when MongoDB could not be selected because `mongodb.uri`
-/// names another replica set than the servers'.
-async fn explain(ctx: &PipelineContext, error: BridgeError) -> BridgeError {
-    let selection = match &error {
-        BridgeError::Source { source, .. } | BridgeError::Checkpoint { source, .. } => {
-            crate::error::is_server_selection(source)
+/// `error` with what the operator needs to know: a lost history names the position committed
+/// last (history can be lost mid-run, after the run committed more than it started from); a
+/// server-selection failure becomes the replica-set name mismatch behind it, if that is the
+/// cause.
+async fn explain(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: Option<i64>,
+    error: BridgeError,
+) -> BridgeError {
+    match error {
+        BridgeError::HistoryLost {
+            pipeline,
+            cluster_time,
+            source,
+        } => {
+            let committed = match epoch {
+                Some(epoch) => store.load(epoch).await.ok(),
+                None => None,
+            };
+            let cluster_time = committed
+                .and_then(|o| o.cluster_time.or(o.position_time))
+                .map_or(cluster_time, crate::event::format_timestamp);
+            BridgeError::HistoryLost {
+                pipeline,
+                cluster_time,
+                source,
+            }
         }
-        _ => false,
-    };
-    if !selection {
-        return error;
+        BridgeError::Source { ref source, .. } | BridgeError::Checkpoint { ref source, .. }
+            if crate::error::is_server_selection(source) =>
+        {
+            crate::mongo::replica_set_mismatch(&ctx.config)
+                .await
+                .unwrap_or(error)
+        }
+        other => other,
     }
-    crate::mongo::replica_set_mismatch(&ctx.config)
-        .await
-        .unwrap_or(error)
 }
 
 /// The history-loss policy `skip` through the pipeline's own producer.

@@ -12,8 +12,10 @@
 //! Invariants:
 //! - On a first start the stream's initial resume token is committed before any event is read,
 //!   so a crash before the first event loses nothing written after "now" (case C27).
-//! - A stage's error or panic cancels the run ([`super::stage`]); the first error of the relay,
-//!   then the source, then the checkpointer, is the run's.
+//! - A stage's error or panic ends the run ([`super::stage`]): the source's by closing the
+//!   channel (the relay delivers what was read, then stops), the relay's and the checkpointer's
+//!   by cancelling it. The first error of the relay, then the source, then the checkpointer, is
+//!   the run's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -24,7 +26,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{PipelineContext, cancellable, stage};
+use super::stage::{self, Ends};
+use super::{PipelineContext, cancellable};
 use crate::config::{PipelineConfig, StartAt};
 use crate::encode::RecordEncoder;
 use crate::error::{BridgeError, is_history_lost};
@@ -117,7 +120,7 @@ async fn stages(
     };
     let (safe_tx, safe_rx) = watch::channel(None);
     let run = cancel.child_token();
-    let source = stage::spawn(&p.name, "source", &run, {
+    let source = stage::spawn(&p.name, "source", Ends::ClosingItsOutput, {
         let (name, cancel, health) = (p.name.clone(), run.clone(), Arc::clone(&ctx.health));
         async move { source::run(&name, stream, channel, cancel, health).await }
     });
@@ -125,7 +128,7 @@ async fn stages(
     let checkpointer = stage::spawn(
         &p.name,
         "checkpointer",
-        &run,
+        Ends::Cancelling(&run),
         crate::checkpoint::run(store.clone(), epoch, safe_rx, interval, ctx.metrics.clone()),
     );
     let limits = Limits {
@@ -151,7 +154,7 @@ async fn stages(
         relay = relay.with_topic_creator(creator);
     }
     ctx.metrics.stream_open.set(1);
-    let relay = stage::spawn(&p.name, "relay", &run, {
+    let relay = stage::spawn(&p.name, "relay", Ends::Cancelling(&run), {
         let run = run.clone();
         relay.run(rx, run)
     });

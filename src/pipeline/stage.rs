@@ -1,9 +1,14 @@
 //! The spawned tasks of a run (source, relay, checkpointer) in one shape: a stage's error *or
-//! panic* cancels the whole run, and joining it gives a typed error, never a clean stop.
+//! panic* ends the run, and joining it gives a typed error, never a clean stop.
 //!
-//! Invariant: a [`Stage`] whose task panicked or was cancelled joins as
-//! [`BridgeError::TaskPanicked`] naming the pipeline and the task, so the restart policy handles
-//! it like any other failure (`JoinError` is never mapped to `Ok`).
+//! Invariants:
+//! - A [`Stage`] whose task panicked or was cancelled joins as [`BridgeError::TaskPanicked`]
+//!   naming the pipeline and the task, so the restart policy handles it like any other failure
+//!   (`JoinError` is never mapped to `Ok`).
+//! - How a failure ends the run is the stage's [`Ends`]: the source's end closes the channel to
+//!   the relay, which then delivers what was already read before it stops (an `invalidate` read
+//!   last must be committed, or the reopen would read it again forever); the relay's and the
+//!   checkpointer's cancel the run.
 
 use std::any::Any;
 
@@ -19,23 +24,30 @@ pub(super) struct Stage<T> {
     handle: JoinHandle<Result<T, BridgeError>>,
 }
 
-/// Spawns `work` as the `task` of `pipeline`'s run; its error or panic cancels `run`.
-pub(super) fn spawn<T, F>(
-    pipeline: &str,
-    task: &'static str,
-    run: &CancellationToken,
-    work: F,
-) -> Stage<T>
+/// How a stage's failure ends the run.
+pub(super) enum Ends<'a> {
+    /// Its error or panic cancels this token (the run).
+    Cancelling(&'a CancellationToken),
+    /// Its end drops the sender of the next stage's channel, which ends that stage once it has
+    /// handled what was sent.
+    ClosingItsOutput,
+}
+
+/// Spawns `work` as the `task` of `pipeline`'s run; its error or panic ends the run as `ends`.
+pub(super) fn spawn<T, F>(pipeline: &str, task: &'static str, ends: Ends<'_>, work: F) -> Stage<T>
 where
     T: Send + 'static,
     F: Future<Output = Result<T, BridgeError>> + Send + 'static,
 {
     // Dropped without being disarmed (an error, or the unwinding of a panic): cancels the run.
-    let guard = run.clone().drop_guard();
+    let guard = match ends {
+        Ends::Cancelling(run) => Some(run.clone().drop_guard()),
+        Ends::ClosingItsOutput => None,
+    };
     let handle = tokio::spawn(async move {
         let result = work.await;
         if result.is_ok() {
-            guard.disarm();
+            guard.map(tokio_util::sync::DropGuard::disarm);
         }
         result
     });
@@ -88,7 +100,7 @@ mod tests {
     async fn a_panicking_stage_is_an_error_that_cancels_the_run() {
         // GIVEN a run with one stage that panics
         let run = CancellationToken::new();
-        let stage = spawn::<(), _>("orders", "source", &run, async {
+        let stage = spawn::<(), _>("orders", "source", Ends::Cancelling(&run), async {
             panic!("boom");
         });
         // THEN joining it names the pipeline and the task, and the run was cancelled
@@ -104,10 +116,10 @@ mod tests {
     #[tokio::test]
     async fn a_failing_stage_cancels_the_run_and_a_clean_one_does_not() {
         let run = CancellationToken::new();
-        let ok = spawn("p", "checkpointer", &run, async { Ok(7) });
+        let ok = spawn("p", "checkpointer", Ends::Cancelling(&run), async { Ok(7) });
         assert_eq!(ok.join().await.expect("clean"), 7);
         assert!(!run.is_cancelled());
-        let failing = spawn::<(), _>("p", "relay", &run, async {
+        let failing = spawn::<(), _>("p", "relay", Ends::Cancelling(&run), async {
             Err(BridgeError::DeliveryCancelled {
                 pipeline: "p".into(),
             })
@@ -117,5 +129,26 @@ mod tests {
             Err(BridgeError::DeliveryCancelled { .. })
         ));
         assert!(run.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_stage_that_closes_its_output_leaves_the_run_to_its_consumer() {
+        // GIVEN a source-like stage that fails after sending one item
+        let run = CancellationToken::new();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let stage = spawn::<(), _>("p", "source", Ends::ClosingItsOutput, async move {
+            tx.send(1).await.expect("receiver alive");
+            Err(BridgeError::StreamClosed {
+                pipeline: "p".into(),
+            })
+        });
+        // THEN the consumer still gets the item, then the end of the channel; the run goes on
+        assert_eq!(rx.recv().await, Some(1));
+        assert_eq!(rx.recv().await, None);
+        assert!(matches!(
+            stage.join().await,
+            Err(BridgeError::StreamClosed { .. })
+        ));
+        assert!(!run.is_cancelled());
     }
 }

@@ -3,12 +3,20 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{binary, config_file, config_toml, unique};
+use crate::support::{binary, config_file, config_toml, create_topic_at, kafka_bootstrap, unique};
 
 #[test]
 fn check_passes_against_the_live_servers() {
-    // GIVEN a config for a collection on the live servers
+    // GIVEN a config for a collection on the live servers, whose topic exists
     let db = unique("chk");
+    let topic = format!("{db}.orders");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(create_topic_at(
+        &kafka_bootstrap(),
+        &topic,
+        3,
+        &[("cleanup.policy", "compact")],
+    ));
     let file = config_file(&config_toml("orders", &db, Some("orders"), ""));
     // WHEN check runs
     let out = Command::new(binary())
@@ -33,6 +41,38 @@ fn check_passes_against_the_live_servers() {
         "{stdout}"
     );
     assert!(stdout.contains("Kafka reachable"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "pipeline orders: topic {topic:?} exists (3 partitions, cleanup.policy=compact)"
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_warns_before_relying_on_the_brokers_auto_creation() {
+    // GIVEN a config whose topic does not exist
+    let db = unique("chkw");
+    let file = config_file(&config_toml("orders", &db, Some("orders"), ""));
+    // WHEN check runs
+    let out = Command::new(binary())
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .unwrap();
+    // THEN it passes with a warning naming the topic and both remedies
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let warning = stdout
+        .lines()
+        .find(|l| l.starts_with('⚠'))
+        .unwrap_or_else(|| panic!("no warning in:\n{stdout}"));
+    assert!(
+        warning.contains(&format!("topic \"{db}.orders\" does not exist yet"))
+            && warning.contains("[kafka.topic_creation] enabled = true")
+            && warning.contains("cleanup.policy=compact"),
+        "{warning}"
+    );
 }
 
 #[test]

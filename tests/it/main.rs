@@ -14,4 +14,5 @@ mod opsutil;
 mod policies;
 mod prometheus;
 mod replication;
+mod solid;
 mod support;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document, doc};
 use mongo_kafka_bridge::BridgeError;
 use mongo_kafka_bridge::error::ErrorClass;
-use mongo_kafka_bridge::metrics::{DELIVERY_ERRORS, ERRORS, Metrics, RESTARTS};
+use mongo_kafka_bridge::metrics::{DELIVERY_ERRORS, ERRORS, MESSAGES_ENQUEUED, Metrics, RESTARTS};
 use mongodb::Client;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -486,6 +486,10 @@ async fn c01_history_lost_mid_stream_names_the_last_committed_position() {
                 markers[0].json()["from"],
                 serde_json::json!({"$timestamp": {"t": last.time, "i": last.increment}})
             );
+            // AND the marker went through the pipeline's own producer: it is counted with the
+            // two events' records
+            let enqueued = counter(&metrics, MESSAGES_ENQUEUED, &name, &[("topic", &topic)]);
+            assert_eq!(enqueued, 3.0);
         }
         fail_point_off(&client).await;
     }
@@ -1086,6 +1090,8 @@ async fn c23_an_unwatchable_collection_is_a_fatal_error_at_start() {
         let text = mongo_kafka_bridge::error::report(&error, &[]);
         assert!(text.contains(&format!("{db}.{coll}")), "{text}");
         assert_eq!(restarts(&metrics, &name), 0.0, "{coll}");
+        // AND nothing was taken: the offsets collection has no document of the pipeline
+        assert_eq!(offsets_doc(&client, &db, &name).await, None, "{coll}");
         eprintln!("c23 {coll}: {text}");
     }
 }
