@@ -383,6 +383,19 @@ fn field_path(parent: &str, reason: &str) -> String {
 }
 
 impl PipelineConfig {
+    /// The only pipeline of a minimal valid file whose `[[pipelines]]` entry is `name = "p"`
+    /// followed by `body` (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(body: &str) -> Self {
+        let text = format!(
+            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+             [[pipelines]]\nname = \"p\"\n{body}"
+        );
+        let mut config =
+            Config::from_toml(&text, std::iter::empty()).expect("a valid test pipeline");
+        config.pipelines.remove(0)
+    }
+
     /// Parsed `start_at`; valid after [`Config::validate`].
     pub fn start_at(&self) -> StartAt {
         rules::parse_start_at(&self.start_at).unwrap_or(StartAt::Now)

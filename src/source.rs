@@ -345,14 +345,9 @@ mod tests {
     use super::*;
 
     fn pipeline(scope: &str) -> PipelineConfig {
-        let toml = format!(
-            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
-             [[pipelines]]\nname = \"p\"\n{scope}pipeline = '[{{\"$match\": {{\"x\": 1}}}}]'\n"
-        );
-        crate::Config::from_toml(&toml, std::iter::empty())
-            .expect("valid")
-            .pipelines
-            .remove(0)
+        PipelineConfig::for_test(&format!(
+            "{scope}pipeline = '[{{\"$match\": {{\"x\": 1}}}}]'\n"
+        ))
     }
 
     fn spec(p: &PipelineConfig) -> StreamSpec<'_> {

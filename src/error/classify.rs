@@ -198,15 +198,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-
-    /// A server command error with `code`; the driver offers no public way to attach labels,
-    /// so label handling is covered by the fail-point integration tests.
-    fn command_error(code: i32) -> MongoError {
-        let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
-        let cmd: mongodb::error::CommandError =
-            bson::from_document(raw).expect("a well-formed command error document");
-        MongoErrorKind::Command(cmd).into()
-    }
+    use crate::error::command_error;
 
     #[test]
     fn history_lost_codes_are_fatal() {

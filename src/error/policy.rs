@@ -185,12 +185,10 @@ mod tests {
             decide(&closed, OnHistoryLost::Fail, &mut attempts),
             Action::Reopen
         );
-        let raw = bson::doc! { "code": 286, "codeName": "ChangeStreamHistoryLost", "errmsg": "x" };
-        let cmd: mongodb::error::CommandError = bson::from_document(raw).expect("command error");
         let lost = BridgeError::HistoryLost {
             pipeline: "p".into(),
             cluster_time: "1.1".into(),
-            source: Box::new(mongodb::error::ErrorKind::Command(cmd).into()),
+            source: Box::new(crate::error::command_error(286)),
         };
         assert_eq!(
             decide(&lost, OnHistoryLost::Skip, &mut attempts),

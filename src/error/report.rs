@@ -100,14 +100,7 @@ pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
 mod tests {
     use super::*;
     use crate::error::BridgeError;
-
-    /// A server command error with `code`.
-    fn command_error(code: i32) -> MongoError {
-        let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
-        let cmd: mongodb::error::CommandError =
-            bson::from_document(raw).expect("a well-formed command error document");
-        MongoErrorKind::Command(cmd).into()
-    }
+    use crate::error::command_error;
 
     #[test]
     fn report_describes_driver_errors_without_their_debug_dump() {

@@ -81,15 +81,8 @@ pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn pipeline(text: &str) -> PipelineConfig {
-        let toml = format!(
-            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
-             [[pipelines]]\nname = \"p\"\n{text}"
-        );
-        crate::Config::from_toml(&toml, std::iter::empty())
-            .expect("valid")
-            .pipelines
-            .remove(0)
+    fn pipeline(body: &str) -> PipelineConfig {
+        PipelineConfig::for_test(body)
     }
 
     #[test]

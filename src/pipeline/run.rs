@@ -317,12 +317,7 @@ mod tests {
     use super::*;
 
     fn pipeline() -> PipelineConfig {
-        let toml = "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
-                    [[pipelines]]\nname = \"orders\"\ndatabase = \"shop\"\n";
-        crate::Config::from_toml(toml, std::iter::empty())
-            .expect("valid")
-            .pipelines
-            .remove(0)
+        PipelineConfig::for_test("database = \"shop\"\n")
     }
 
     #[test]
@@ -339,7 +334,7 @@ mod tests {
         let error = start_with(&pipeline(), &offsets, refuse).expect_err("unusable token");
         assert!(
             matches!(&error, BridgeError::OffsetsDocument { pipeline, reason }
-                if pipeline == "orders" && reason.contains("offsets reset orders")),
+                if pipeline == "p" && reason.contains("offsets reset p ")),
             "{error:?}"
         );
     }

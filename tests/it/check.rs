@@ -1,9 +1,10 @@
 //! `mongo-kafka-bridge check` against the live servers and against closed ports.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{binary, config_file, config_toml, create_topic_at, kafka_bootstrap, unique};
+use crate::support::{
+    bridge_cli, config_file, config_toml, create_topic_at, kafka_bootstrap, unique,
+};
 
 #[test]
 fn check_passes_against_the_live_servers() {
@@ -19,19 +20,9 @@ fn check_passes_against_the_live_servers() {
     ));
     let file = config_file(&config_toml("orders", &db, Some("orders"), ""));
     // WHEN check runs
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
+    let (code, stdout, stderr) = bridge_cli(&["check"], file.path());
     // THEN every line is a ✔ and it exits 0
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.lines().all(|l| l.starts_with('✔')), "{stdout}");
     assert!(stdout.contains("MongoDB is a replica set"), "{stdout}");
     assert!(
@@ -55,14 +46,9 @@ fn check_warns_before_relying_on_the_brokers_auto_creation() {
     let db = unique("chkw");
     let file = config_file(&config_toml("orders", &db, Some("orders"), ""));
     // WHEN check runs
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
+    let (code, stdout, _stderr) = bridge_cli(&["check"], file.path());
     // THEN it passes with a warning naming the topic and both remedies
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(code, Some(0), "{stdout}");
     let warning = stdout
         .lines()
         .find(|l| l.starts_with('⚠'))
@@ -83,14 +69,9 @@ fn check_fails_fast_with_a_clear_message_when_servers_are_down() {
     let file = config_file(text);
     // WHEN check runs
     let started = Instant::now();
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
+    let (code, stdout, _stderr) = bridge_cli(&["check"], file.path());
     // THEN it exits 1 within seconds, naming both servers
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "took {:?}",
@@ -111,13 +92,8 @@ fn a_config_error_exits_2_naming_the_field() {
     let file = config_file(
         "[mongodb]\nuri = \"mongodb://127.0.0.1:1\"\nbogus = 1\n[kafka]\nbootstrap_servers = \"x:1\"\n",
     );
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, _stdout, stderr) = bridge_cli(&["check"], file.path());
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("mongodb.bogus") || stderr.contains("unknown field `bogus`"),
         "{stderr}"
@@ -130,17 +106,9 @@ fn a_password_in_the_uri_never_reaches_the_output() {
                 [kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n\
                 \"sasl.password\" = \"kafkasecret9\"\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n";
     let file = config_file(text);
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(1), "{all}");
+    let (code, stdout, stderr) = bridge_cli(&["check"], file.path());
+    let all = format!("{stdout}{stderr}");
+    assert_eq!(code, Some(1), "{all}");
     assert!(
         !all.contains("hunter2secret") && !all.contains("kafkasecret9"),
         "{all}"

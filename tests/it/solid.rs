@@ -225,14 +225,9 @@ async fn a_librdkafka_property_typo_is_a_config_error_in_check_and_run_and_takes
     let file = config_file(&text);
     for command in ["check", "run"] {
         // WHEN check or run starts with it
-        let out = Command::new(binary())
-            .args([command, "--config"])
-            .arg(file.path())
-            .output()
-            .unwrap();
+        let (code, _stdout, stderr) = bridge_cli(&[command], file.path());
         // THEN it exits 2 naming the property
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert_eq!(code, Some(2), "{command}: {stderr}");
         assert!(
             stderr.contains("kafka.properties") && stderr.contains("compresion.type"),
             "{command}: {stderr}"
@@ -423,13 +418,8 @@ async fn a_replica_set_name_that_does_not_match_is_named_by_check_and_stops_run(
     let named = "names replica set \"not-the-set\", but the server at".to_owned();
     let remedy = format!("belongs to replica set \"{set}\"");
     // WHEN check runs THEN it fails naming both names and the option to change
-    let out = Command::new(binary())
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout, _stderr) = bridge_cli(&["check"], file.path());
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(
         stdout.contains(&named) && stdout.contains(&remedy),
         "{stdout}"
@@ -440,13 +430,8 @@ async fn a_replica_set_name_that_does_not_match_is_named_by_check_and_stops_run(
     );
     // WHEN run starts THEN it stops after the configured attempts with the same message
     let started = Instant::now();
-    let out = Command::new(binary())
-        .args(["run", "--no-status", "--config"])
-        .arg(file.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, _stdout, stderr) = bridge_cli(&["run", "--no-status"], file.path());
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains(&named) && stderr.contains(&remedy),
         "{stderr}"

@@ -288,6 +288,18 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_mongo-kafka-bridge"))
 }
 
+/// Runs `mongo-kafka-bridge ARGS --config CONFIG` to its end; its exit code, stdout, stderr.
+pub fn bridge_cli(args: &[&str], config: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run the bridge binary");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// Writes `text` to a temp file and returns its path (kept alive by the returned guard).
 pub fn config_file(text: &str) -> tempfile::NamedTempFile {
     use std::io::Write;
