@@ -26,8 +26,8 @@ mod rules;
 mod values;
 
 pub use values::{
-    FullDocument, FullDocumentBeforeChange, OnHistoryLost, OnOversize, PropertyValue, SecretUri,
-    StartAt, TopicCreation, ValueMode,
+    Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost, OnOversize,
+    PropertyValue, SecretUri, StartAt, TopicCreation, ValueMode,
 };
 
 /// Prefix of environment overrides; `__` separates path segments.
@@ -129,9 +129,24 @@ pub struct PipelineConfig {
     /// Default `change_event`.
     #[serde(default = "default_value_mode")]
     pub value: ValueMode,
-    /// Default `relaxed`.
-    #[serde(default = "default_json")]
-    pub json: JsonMode,
+    /// The value's encoding: `json` (default, Extended JSON v2 in the `json` mode) or `bson`
+    /// (the server's bytes, untouched).
+    #[serde(default = "default_format")]
+    pub format: Format,
+    /// The key's encoding: `json` (default, canonical Extended JSON) or `bson`.
+    #[serde(default = "default_format")]
+    pub key_format: Format,
+    /// `relaxed` (default) or `canonical`; ignored with `format = "bson"`. See
+    /// [`PipelineConfig::json_mode`].
+    #[serde(default)]
+    pub json: Option<JsonMode>,
+    /// What to do with an event JSON cannot carry exactly (a document a parser would read as
+    /// another type, invalid UTF-8): `fail` (default), `dead_letter`, `bson`.
+    #[serde(default = "default_on_ambiguous")]
+    pub on_ambiguous: OnAmbiguous,
+    /// Write invalid UTF-8 as U+FFFD instead of applying `on_ambiguous` to it. Default false.
+    #[serde(default)]
+    pub replace_invalid_utf8: bool,
     /// Follow each delete with a null-value record of the same key. Default `true`.
     #[serde(default = "default_true")]
     pub tombstones: bool,
@@ -144,7 +159,7 @@ pub struct PipelineConfig {
     /// Default `fail`.
     #[serde(default = "default_on_oversize")]
     pub on_oversize: OnOversize,
-    /// Required when `on_oversize = "dead_letter"`.
+    /// Required when `on_oversize` or `on_ambiguous` is `"dead_letter"`.
     pub dead_letter_topic: Option<String>,
 }
 
@@ -263,8 +278,11 @@ const fn default_before_change() -> FullDocumentBeforeChange {
 const fn default_value_mode() -> ValueMode {
     ValueMode::ChangeEvent
 }
-const fn default_json() -> JsonMode {
-    JsonMode::Relaxed
+const fn default_format() -> Format {
+    Format::Json
+}
+const fn default_on_ambiguous() -> OnAmbiguous {
+    OnAmbiguous::Fail
 }
 const fn default_true() -> bool {
     true
@@ -320,6 +338,12 @@ impl Config {
     /// Checks every rule a well-typed file can still break; see `config/rules.rs`.
     pub fn validate(&self) -> Result<(), BridgeError> {
         rules::validate(self)
+    }
+
+    /// Settings that are valid but probably not what was meant, one sentence each naming the
+    /// field (`run` logs them at start, `check` prints them as ⚠).
+    pub fn warnings(&self) -> Vec<String> {
+        rules::warnings(self)
     }
 
     /// `text` with every secret of this configuration replaced by `***` (see
@@ -394,6 +418,11 @@ impl PipelineConfig {
         let mut config =
             Config::from_toml(&text, std::iter::empty()).expect("a valid test pipeline");
         config.pipelines.remove(0)
+    }
+
+    /// The Extended JSON mode of JSON values: `json`, or relaxed when unset.
+    pub fn json_mode(&self) -> JsonMode {
+        self.json.unwrap_or(JsonMode::Relaxed)
     }
 
     /// Parsed `start_at`; valid after [`Config::validate`].

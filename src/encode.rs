@@ -2,76 +2,40 @@
 //!
 //! The record format is a public contract (README, "Record format"):
 //! - **Key**: the event's `documentKey`, whole and in the server's field order, as compact
-//!   canonical Extended JSON v2. Events without one (drop, rename, dropDatabase, invalidate) are
-//!   keyed by their `ns` in the same encoding, or `{"pipeline":"<name>"}` when there is no `ns`.
-//!   A key is never null and never derived from the resume token or `fullDocument`.
+//!   canonical Extended JSON v2 (`key_format = "json"`) or its BSON (`"bson"`). Events without one
+//!   (drop, rename, dropDatabase, invalidate) are keyed by their `ns` in the same encoding, or
+//!   `{"pipeline":"<name>"}` when there is no `ns`. A key is never null and never derived from
+//!   the resume token or `fullDocument`.
 //! - **Value**: the whole event (`value = "change_event"`) or `fullDocument` only
-//!   (`value = "document"`; null for deletes and for updates whose lookup found nothing).
+//!   (`value = "document"`; null for deletes and for updates whose lookup found nothing; an event
+//!   without a document, such as a drop, keeps the whole event so that a document topic says the
+//!   namespace changed), as Extended JSON (`format = "json"`) or BSON (`"bson"`).
 //! - **Tombstone**: with `tombstones = true` and `value = "change_event"`, a delete yields a second
 //!   record with the same key and a null value. In `document` mode the delete record *is* the
 //!   tombstone. The relay commits an event only once all of its records are delivered.
-//! - **Headers**: `mongo.operation_type`, `mongo.namespace`, `mongo.resume_token`,
-//!   `mongo.cluster_time`, `mongo.wall_time`, `mongo.txn_number`, `mongo.lsid`, `mongo.pipeline`.
+//! - **Headers**: see [`headers`]; `mongo.format` names each value's encoding.
+//! - **What JSON cannot carry** (an ambiguous document, invalid UTF-8; see `extjson`) is never
+//!   written as JSON: `on_ambiguous` stops the pipeline (`fail`), replaces the event's records by
+//!   a dead-letter stub (`dead_letter`), or writes that one event as BSON (`bson`).
 
 use std::borrow::Cow;
-use std::io::Write as _;
 use std::sync::Arc;
 
-use bson::{RawBsonRef, RawDocument};
+use bson::RawDocument;
 
-use crate::config::{PipelineConfig, ValueMode};
+use crate::config::{Format, OnAmbiguous, PipelineConfig, ValueMode};
 use crate::event::ChangeEventView;
-use crate::extjson::{self, JsonMode};
+use crate::extjson::{JsonMode, Utf8};
+use crate::kafka::dead_letter::{self, Refused};
 use crate::kafka::topics;
 
-/// Every header name the bridge writes.
-pub const HEADER_NAMES: [&str; 9] = [
-    "mongo.operation_type",
-    "mongo.namespace",
-    "mongo.resume_token",
-    "mongo.cluster_time",
-    "mongo.wall_time",
-    "mongo.txn_number",
-    "mongo.lsid",
-    "mongo.pipeline",
-    "mongo.error",
-];
+mod format;
+pub mod headers;
 
-/// `operationType` values MongoDB documents for change events
-/// (<https://www.mongodb.com/docs/manual/reference/change-events/>); the common ones first.
-const OPERATION_TYPES: [&str; 15] = [
-    "insert",
-    "update",
-    "replace",
-    "delete",
-    "drop",
-    "rename",
-    "dropDatabase",
-    "invalidate",
-    "create",
-    "createIndexes",
-    "dropIndexes",
-    "modify",
-    "shardCollection",
-    "refineCollectionShardKey",
-    "reshardCollection",
-];
-
-/// `operation_type` without an allocation when it is one MongoDB documents.
-pub fn operation_type(operation_type: &str) -> Cow<'static, str> {
-    match OPERATION_TYPES
-        .iter()
-        .find(|known| **known == operation_type)
-    {
-        Some(known) => Cow::Borrowed(known),
-        None => Cow::Owned(operation_type.to_owned()),
-    }
-}
-
-/// The `'static` spelling of a header name the bridge writes, if `name` is one.
-pub fn header_name(name: &str) -> Option<&'static str> {
-    HEADER_NAMES.iter().copied().find(|n| *n == name)
-}
+pub use format::Unrepresentable;
+pub(crate) use format::lossy_json;
+use format::{Failed, key_bytes, key_document, value_bytes};
+pub use headers::{HEADER_NAMES, format_header, header_name, operation_type};
 
 /// One Kafka record, ready to enqueue.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +77,26 @@ pub struct EncodedEvent {
     pub cluster_time: Option<bson::Timestamp>,
     /// `wallTime` in ms since the Unix epoch.
     pub wall_time_ms: Option<i64>,
+    /// Set when `on_ambiguous` diverted the event: its records are a stub or BSON.
+    pub diverted: Option<Diversion>,
+}
+
+/// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,
+/// or its canonical Extended JSON (the bridge's own documents are never ambiguous).
+pub(crate) fn own_document(doc: &RawDocument, format: Format) -> Vec<u8> {
+    match format {
+        Format::Bson => doc.as_bytes().to_vec(),
+        Format::Json => lossy_json(doc).into_bytes(),
+    }
+}
+
+/// What `on_ambiguous` did with an event JSON cannot carry exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diversion {
+    /// `dead_lettered` or `bson`, the metric's bounded label.
+    pub outcome: &'static str,
+    /// Where and why.
+    pub problem: Unrepresentable,
 }
 
 /// Why an event could not be encoded. The bridge never drops such an event: it stops.
@@ -130,6 +114,22 @@ pub enum EncodeError {
         "{0} event has no documentKey; the `pipeline` stages must keep it (it is the record key)"
     )]
     MissingDocumentKey(String),
+    /// `on_ambiguous = "fail"` and JSON cannot carry the event exactly.
+    #[error(
+        "the event of document {key} cannot be written as Extended JSON exactly: field {path:?}: \
+         {reason}. Remedy: set on_ambiguous = \"bson\" (that event is published as BSON) or \
+         \"dead_letter\" (a stub goes to dead_letter_topic), or format = \"bson\" for every \
+         event{utf8}",
+        path = problem.path, reason = problem.reason
+    )]
+    Unrepresentable {
+        /// The document key, as canonical Extended JSON as best it can be written.
+        key: String,
+        /// Where and why.
+        problem: Unrepresentable,
+        /// A hint for invalid UTF-8.
+        utf8: &'static str,
+    },
 }
 
 /// Encodes the events of one pipeline.
@@ -141,9 +141,17 @@ pub struct RecordEncoder {
     fallback_topic: Arc<str>,
     json: JsonMode,
     value: ValueMode,
+    format: Format,
+    key_format: Format,
+    on_ambiguous: OnAmbiguous,
+    utf8: Utf8,
+    dead_letter_topic: Option<Arc<str>>,
     tombstones: bool,
     last_ns: (String, String, Option<Arc<str>>),
 }
+
+/// A record's key and value bytes, the value's `mongo.format`, and the diversion if any.
+type Encoded = (Vec<u8>, Option<Vec<u8>>, &'static [u8], Option<Diversion>);
 
 impl RecordEncoder {
     /// Builds the encoder of `pipeline` with the `[kafka] topic_prefix`.
@@ -154,16 +162,31 @@ impl RecordEncoder {
             topic: pipeline.topic.as_deref().map(Arc::from),
             topic_prefix: topic_prefix.to_owned(),
             fallback_topic: Arc::from(fallback),
-            json: pipeline.json,
+            json: pipeline.json_mode(),
             value: pipeline.value,
+            format: pipeline.format,
+            key_format: pipeline.key_format,
+            on_ambiguous: pipeline.on_ambiguous,
+            utf8: if pipeline.replace_invalid_utf8 {
+                Utf8::Replace
+            } else {
+                Utf8::Refuse
+            },
+            dead_letter_topic: pipeline.dead_letter_topic.as_deref().map(Arc::from),
             tombstones: pipeline.tombstones,
             last_ns: (String::new(), String::new(), None),
         }
     }
 
+    /// How the pipeline's keys are encoded.
+    pub fn key_format(&self) -> Format {
+        self.key_format
+    }
+
     /// Encodes one raw change event into its records.
     ///
-    /// Errors: [`EncodeError`] for malformed BSON or an event without `_id`.
+    /// Errors: [`EncodeError`] for malformed BSON, an event without `_id` or a document event
+    /// without `documentKey`, and (`on_ambiguous = "fail"`) an event JSON cannot carry exactly.
     pub fn encode(&mut self, raw: &RawDocument) -> Result<EncodedEvent, EncodeError> {
         let malformed = |e: &dyn std::fmt::Display| EncodeError::Malformed(e.to_string());
         let view = ChangeEventView::parse(raw).map_err(|e| malformed(&e))?;
@@ -178,26 +201,117 @@ impl RecordEncoder {
             ));
         }
         let topic = self.topic_for(&view);
-        let key = self.key_for(&view).map_err(|e| malformed(&e))?;
-        let value = match self.value {
-            ValueMode::ChangeEvent => {
-                let mut out = Vec::with_capacity(raw.as_bytes().len() + raw.as_bytes().len() / 4);
-                extjson::write_document(&mut out, raw, self.json).map_err(|e| malformed(&e))?;
-                Some(out)
-            }
-            ValueMode::Document => match view.full_document {
-                Some(Some(doc)) => Some(
-                    extjson::to_string(doc, self.json)
-                        .map_err(|e| malformed(&e))?
-                        .into_bytes(),
-                ),
-                _ => None,
-            },
+        let key_doc = key_document(&view, &self.pipeline);
+        let (value_doc, prefix) = match (self.value, view.full_document) {
+            (ValueMode::ChangeEvent, _) => (Some(raw), ""),
+            (ValueMode::Document, Some(Some(doc))) => (Some(doc), "fullDocument."),
+            // A drop, rename, dropDatabase, invalidate: the event itself marks the namespace.
+            (ValueMode::Document, _) if !is_document_event => (Some(raw), ""),
+            (ValueMode::Document, _) => (None, ""),
         };
-        let headers = self.headers_for(&view, token).map_err(|e| malformed(&e))?;
-        let is_delete = view.operation_type == "delete";
-        let mut records = Vec::with_capacity(2);
+        let written = key_bytes(&key_doc, self.key_format, self.utf8).and_then(|key| {
+            let value = value_doc
+                .map(|doc| value_bytes(doc, prefix, self.format, self.json, self.utf8))
+                .transpose()?;
+            Ok((key, value))
+        });
+        let (key, value, format, diverted) = match written {
+            Ok((key, value)) => (key, value, format_header(self.format, self.json), None),
+            Err(Failed::Malformed(e)) => return Err(malformed(&e)),
+            Err(Failed::Unrepresentable(problem)) => self.divert(&key_doc, value_doc, problem)?,
+        };
+        let headers = headers::headers_for(&self.pipeline, &view, token, format)
+            .map_err(|e| malformed(&e))?;
+        let records = match (&diverted, &self.dead_letter_topic) {
+            (Some(d), Some(dlq)) if d.outcome == "dead_lettered" => {
+                let refused = Refused {
+                    topic,
+                    key,
+                    headers,
+                    size: raw.as_bytes().len(),
+                };
+                vec![dead_letter::stub(
+                    dlq,
+                    &refused,
+                    &d.problem.reason,
+                    self.key_format,
+                )]
+            }
+            _ => self.records(topic, key, value, headers, view.operation_type == "delete"),
+        };
+        Ok(EncodedEvent {
+            records,
+            token: token.to_raw_document_buf(),
+            operation_type: operation_type(view.operation_type),
+            cluster_time: view.cluster_time,
+            wall_time_ms: view.wall_time_ms,
+            diverted,
+        })
+    }
+
+    /// The `on_ambiguous` policy for an event JSON cannot carry exactly.
+    fn divert(
+        &self,
+        key_doc: &RawDocument,
+        value_doc: Option<&RawDocument>,
+        problem: Unrepresentable,
+    ) -> Result<Encoded, EncodeError> {
+        let key_problem = problem.path.starts_with("documentKey");
+        match self.on_ambiguous {
+            OnAmbiguous::Fail => Err(EncodeError::Unrepresentable {
+                key: lossy_json(key_doc),
+                utf8: if problem.reason.contains("UTF-8") {
+                    ", or replace_invalid_utf8 = true to write U+FFFD for it"
+                } else {
+                    ""
+                },
+                problem,
+            }),
+            OnAmbiguous::Bson => {
+                // An ambiguous key is one of every event of its document: all of them get the
+                // BSON key, so the document's records stay on one partition.
+                let key = if key_problem || self.key_format == Format::Bson {
+                    key_doc.as_bytes().to_vec()
+                } else {
+                    lossy_json(key_doc).into_bytes()
+                };
+                let value = value_doc.map(|doc| doc.as_bytes().to_vec());
+                let diversion = Diversion {
+                    outcome: "bson",
+                    problem,
+                };
+                Ok((
+                    key,
+                    value,
+                    format_header(Format::Bson, self.json),
+                    Some(diversion),
+                ))
+            }
+            OnAmbiguous::DeadLetter => {
+                let key = match self.key_format {
+                    Format::Bson => key_doc.as_bytes().to_vec(),
+                    Format::Json => lossy_json(key_doc).into_bytes(),
+                };
+                let diversion = Diversion {
+                    outcome: "dead_lettered",
+                    problem,
+                };
+                Ok((key, None, b"json-canonical", Some(diversion)))
+            }
+        }
+    }
+
+    /// The event's record, and its tombstone after a delete when the pipeline wants one.
+    fn records(
+        &self,
+        topic: Arc<str>,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        headers: Vec<(&'static str, Vec<u8>)>,
+        is_delete: bool,
+    ) -> Vec<Record> {
         let tombstone = is_delete && self.tombstones && self.value == ValueMode::ChangeEvent;
+        let mut records = Vec::with_capacity(2);
         if tombstone {
             records.push(Record {
                 topic: Arc::clone(&topic),
@@ -219,13 +333,7 @@ impl RecordEncoder {
                 headers,
             });
         }
-        Ok(EncodedEvent {
-            records,
-            token: token.to_raw_document_buf(),
-            operation_type: operation_type(view.operation_type),
-            cluster_time: view.cluster_time,
-            wall_time_ms: view.wall_time_ms,
-        })
+        records
     }
 
     fn topic_for(&mut self, view: &ChangeEventView<'_>) -> Arc<str> {
@@ -250,82 +358,11 @@ impl RecordEncoder {
         self.last_ns = (db.to_owned(), coll.to_owned(), Some(Arc::clone(&topic)));
         topic
     }
-
-    fn key_for(&self, view: &ChangeEventView<'_>) -> Result<Vec<u8>, extjson::ExtJsonError> {
-        let mut key = Vec::with_capacity(64);
-        if let Some(dk) = view.document_key {
-            extjson::write_document(&mut key, dk, JsonMode::Canonical)?;
-        } else if let Some(db) = view.db {
-            let mut ns = bson::RawDocumentBuf::new();
-            ns.append("db", db);
-            if let Some(coll) = view.coll {
-                ns.append("coll", coll);
-            }
-            extjson::write_document(&mut key, &ns, JsonMode::Canonical)?;
-        } else {
-            let mut doc = bson::RawDocumentBuf::new();
-            doc.append("pipeline", self.pipeline.as_str());
-            extjson::write_document(&mut key, &doc, JsonMode::Canonical)?;
-        }
-        Ok(key)
-    }
-
-    /// The headers of one event. Each value is built in one right-sized allocation (this runs
-    /// for every event; see BENCHMARKS.md).
-    fn headers_for(
-        &self,
-        view: &ChangeEventView<'_>,
-        token: &RawDocument,
-    ) -> Result<Vec<(&'static str, Vec<u8>)>, extjson::ExtJsonError> {
-        let mut headers = Vec::with_capacity(8);
-        headers.push((
-            "mongo.operation_type",
-            view.operation_type.as_bytes().to_vec(),
-        ));
-        if let Some(db) = view.db {
-            let coll = view.coll.unwrap_or("");
-            let mut ns = Vec::with_capacity(db.len() + 1 + coll.len());
-            ns.extend_from_slice(db.as_bytes());
-            if view.coll.is_some() {
-                ns.push(b'.');
-                ns.extend_from_slice(coll.as_bytes());
-            }
-            headers.push(("mongo.namespace", ns));
-        }
-        let token_text = match token.get("_data") {
-            Ok(Some(RawBsonRef::String(data))) => data.as_bytes().to_vec(),
-            _ => extjson::to_string(token, JsonMode::Canonical)?.into_bytes(),
-        };
-        headers.push(("mongo.resume_token", token_text));
-        if let Some(ts) = view.cluster_time {
-            let mut text = Vec::with_capacity(21);
-            write!(text, "{}.{}", ts.time, ts.increment).expect("writing to a Vec cannot fail");
-            headers.push(("mongo.cluster_time", text));
-        }
-        if let Some(millis) = view.wall_time_ms {
-            let mut text = Vec::with_capacity(24);
-            if extjson::write_rfc3339_millis(&mut text, millis) {
-                headers.push(("mongo.wall_time", text));
-            } else if let Some(time) = chrono::DateTime::from_timestamp_millis(millis) {
-                // Before 1970 or after year 9999: chrono spells the year with a sign.
-                let text = time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                headers.push(("mongo.wall_time", text.into_bytes()));
-            }
-        }
-        if let Some(txn) = view.txn_number {
-            headers.push(("mongo.txn_number", txn.to_string().into_bytes()));
-        }
-        if let Some(lsid) = view.lsid {
-            headers.push((
-                "mongo.lsid",
-                extjson::to_string(lsid, JsonMode::Canonical)?.into_bytes(),
-            ));
-        }
-        headers.push(("mongo.pipeline", self.pipeline.as_bytes().to_vec()));
-        Ok(headers)
-    }
 }
 
+#[cfg(test)]
+#[path = "encode_format_tests.rs"]
+mod format_tests;
 #[cfg(test)]
 #[path = "encode_tests.rs"]
 mod tests;

@@ -85,8 +85,26 @@ fn headers(operation: &str, namespace: Option<&str>) -> Vec<(&'static str, Strin
         ("mongo.cluster_time", "1704164645.1".to_owned()),
         ("mongo.wall_time", "2024-01-02T03:04:05.123Z".to_owned()),
         ("mongo.pipeline", "orders-feed".to_owned()),
+        ("mongo.format", "json-relaxed".to_owned()),
     ]);
     out
+}
+
+/// `headers` with `mongo.format` set for a JSON value in `json` mode.
+fn headers_in(
+    mut headers: Vec<(&'static str, String)>,
+    json: JsonMode,
+) -> Vec<(&'static str, String)> {
+    let format = match json {
+        JsonMode::Relaxed => "json-relaxed",
+        JsonMode::Canonical => "json-canonical",
+    };
+    for (name, value) in &mut headers {
+        if *name == "mongo.format" {
+            *value = format.to_owned();
+        }
+    }
+    headers
 }
 
 /// The envelope every event starts with, as Extended JSON in `json` mode, without the closing
@@ -117,6 +135,10 @@ fn event(operation: &str, rest: RawDocumentBuf) -> RawDocumentBuf {
     doc
 }
 
+fn is_document_event(operation: &str) -> bool {
+    matches!(operation, "insert" | "update" | "replace" | "delete")
+}
+
 /// What one event must encode to, in every mode.
 struct Golden {
     event: RawDocumentBuf,
@@ -126,7 +148,8 @@ struct Golden {
     headers: Vec<(&'static str, String)>,
     /// The whole event after [`head`] (closing brace included): `(relaxed, canonical)`.
     change_event_tail: (&'static str, &'static str),
-    /// `fullDocument`: `(relaxed, canonical)`, or None for a null value.
+    /// `fullDocument`: `(relaxed, canonical)`, or None for a null value (for an event without
+    /// a document, the whole event instead).
     document: Option<(&'static str, &'static str)>,
 }
 
@@ -158,16 +181,27 @@ fn assert_golden(g: &Golden) {
                     };
                     Some(format!("{}{tail}", head(g.operation, json)))
                 }
-                ValueMode::Document => g.document.map(|(relaxed, canonical)| match json {
-                    JsonMode::Relaxed => relaxed.to_owned(),
-                    JsonMode::Canonical => canonical.to_owned(),
-                }),
+                ValueMode::Document => match g.document {
+                    Some((relaxed, canonical)) => Some(match json {
+                        JsonMode::Relaxed => relaxed.to_owned(),
+                        JsonMode::Canonical => canonical.to_owned(),
+                    }),
+                    // An event without a document marks its namespace: the whole event.
+                    None if !is_document_event(g.operation) => {
+                        let tail = match json {
+                            JsonMode::Relaxed => g.change_event_tail.0,
+                            JsonMode::Canonical => g.change_event_tail.1,
+                        };
+                        Some(format!("{}{tail}", head(g.operation, json)))
+                    }
+                    None => None,
+                },
             };
             let record = Shown {
                 topic: g.topic.to_owned(),
                 key: g.key.to_owned(),
                 value: expected_value,
-                headers: g.headers.clone(),
+                headers: headers_in(g.headers.clone(), json),
             };
             let mut expected = vec![record.clone()];
             if g.operation == "delete" && value == ValueMode::ChangeEvent {
@@ -559,6 +593,7 @@ fn transaction_events_carry_txn_number_and_lsid() {
                 ("mongo.txn_number", "7".to_owned()),
                 ("mongo.lsid", lsid),
                 ("mongo.pipeline", "orders-feed".to_owned()),
+                ("mongo.format", "json-relaxed".to_owned()),
             ],
         }]
     );
@@ -626,6 +661,7 @@ fn events_without_wall_time_have_no_wall_time_header() {
             "mongo.resume_token",
             "mongo.cluster_time",
             "mongo.pipeline",
+            "mongo.format",
         ]
     );
     assert_eq!(encoded.wall_time_ms, None);
@@ -651,6 +687,7 @@ fn a_token_without_data_is_written_whole_as_canonical_json() {
                     .to_owned()
             ),
             ("mongo.pipeline", "orders-feed".to_owned()),
+            ("mongo.format", "json-relaxed".to_owned()),
         ]
     );
     assert_eq!(encoded.token, token);
@@ -1032,8 +1069,8 @@ fn record_size_of_encoded_records() {
         .iter()
         .map(|(n, v)| n.len() + v.len())
         .sum();
-    // (20 + 6) + (15 + 11) + (18 + token) + (18 + 12) + (15 + 24) + (14 + 11)
-    assert_eq!(header_bytes, 164 + TOKEN.len());
+    // (20 + 6) + (15 + 11) + (18 + token) + (18 + 12) + (15 + 24) + (14 + 11) + (12 + 12)
+    assert_eq!(header_bytes, 188 + TOKEN.len());
     let key_bytes = r#"{"_id":"abc"}"#.len();
     let value_bytes = records[0].value.as_ref().expect("the delete").len();
     assert_eq!(records[0].size(), key_bytes + value_bytes + header_bytes);

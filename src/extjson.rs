@@ -26,8 +26,13 @@
 //!   decimal exponents in `-4..16`, otherwise `d.dddE±x`).
 //! * Invalid UTF-8 inside BSON strings, keys, code, symbols, regexes and DBPointer namespaces
 //!   is **replaced** by U+FFFD (one per maximal invalid sequence, like
-//!   [`String::from_utf8_lossy`]). The server does not validate UTF-8, so legacy data can
-//!   contain it; replacing keeps one bad string from blocking a whole change stream.
+//!   [`String::from_utf8_lossy`]) by [`write_document`]; [`write_document_strict`] refuses it
+//!   ([`ExtJsonError::InvalidUtf8`]) unless told to replace: two strings that differ only in
+//!   invalid bytes would otherwise read the same.
+//! * [`write_document_strict`] refuses a document that a spec-compliant Extended JSON parser
+//!   would not read back as the same document ([`ExtJsonError::Ambiguous`]; the rule is in
+//!   `extjson/ambiguity.rs`), detected while transcoding, with no second pass. Errors of both
+//!   kinds name the field's path (`fullDocument.a.0.b`).
 //! * Structurally malformed BSON (bad lengths, truncated values, unknown element types,
 //!   booleans other than 0/1, missing terminators) is an error, never a panic.
 //! * Nesting (documents, arrays, code-with-scope scopes) deeper than [`MAX_DEPTH`] is an
@@ -38,12 +43,16 @@
 
 use bson::{RawArray, RawBsonRef, RawDocument, RawDocumentBuf};
 
+use ambiguity::DocumentShape;
 use format::{
     hex_byte, write_base64, write_decimal128, write_f64_finite, write_i64, write_iso8601,
     write_iso8601_millis, write_json_string,
 };
 
+mod ambiguity;
 mod format;
+#[cfg(test)]
+mod strict_tests;
 #[cfg(test)]
 mod tests;
 
@@ -104,6 +113,53 @@ pub enum ExtJsonError {
     /// Documents, arrays or scopes are nested deeper than [`MAX_DEPTH`] levels.
     #[error("BSON nesting deeper than {MAX_DEPTH} levels")]
     TooDeep,
+    /// A document whose JSON an Extended JSON parser would not read back as the same document
+    /// (strict mode only). `path` is the field's dotted path from the outermost document
+    /// (array elements by index); empty for the outermost document itself.
+    #[error("field {path:?}: {reason}")]
+    Ambiguous {
+        /// Where.
+        path: String,
+        /// Which rule (`extjson/ambiguity.rs`).
+        reason: &'static str,
+    },
+    /// A string or a key that is not valid UTF-8 (strict mode only, unless replacing).
+    #[error("field {path:?}: not valid UTF-8, which JSON cannot carry exactly")]
+    InvalidUtf8 {
+        /// Where, as for [`ExtJsonError::Ambiguous`].
+        path: String,
+    },
+}
+
+impl ExtJsonError {
+    /// The same error, seen from the document that holds `segment` (a key or array index).
+    fn inside(self, segment: &[u8]) -> Self {
+        let join = |path: String| {
+            let segment = String::from_utf8_lossy(segment);
+            if path.is_empty() {
+                segment.into_owned()
+            } else {
+                format!("{segment}.{path}")
+            }
+        };
+        match self {
+            Self::Ambiguous { path, reason } => Self::Ambiguous {
+                path: join(path),
+                reason,
+            },
+            Self::InvalidUtf8 { path } => Self::InvalidUtf8 { path: join(path) },
+            other => other,
+        }
+    }
+}
+
+/// What strict transcoding does with invalid UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Utf8 {
+    /// [`ExtJsonError::InvalidUtf8`].
+    Refuse,
+    /// U+FFFD, as [`write_document`] does.
+    Replace,
 }
 
 type Res<T = ()> = Result<T, ExtJsonError>;
@@ -118,7 +174,36 @@ type Res<T = ()> = Result<T, ExtJsonError>;
 /// was on entry.
 pub fn write_document(out: &mut Vec<u8>, doc: &RawDocument, mode: JsonMode) -> Res {
     let bytes = doc.as_bytes();
-    guarded(out, mode, bytes.len(), |enc| {
+    guarded::<false>(out, mode, Utf8::Replace, bytes.len(), |enc| {
+        enc.document(bytes, 0, 1, false)
+    })
+}
+
+/// Like [`write_document`], refusing what Extended JSON cannot carry exactly: an ambiguous
+/// document anywhere inside `doc` (see [`ExtJsonError::Ambiguous`]), and invalid UTF-8 unless
+/// `utf8` is [`Utf8::Replace`].
+///
+/// ```
+/// use mongo_kafka_bridge::extjson::{ExtJsonError, JsonMode, Utf8, write_document_strict};
+///
+/// let doc = bson::rawdoc! { "f": { "$date": "not a date" }, "$price": 1 };
+/// let mut out = Vec::new();
+/// let error = write_document_strict(&mut out, &doc, JsonMode::Relaxed, Utf8::Refuse);
+/// assert!(matches!(error, Err(ExtJsonError::Ambiguous { path, .. }) if path == "f.$date"));
+/// assert!(out.is_empty());
+/// ```
+///
+/// # Errors
+///
+/// As [`write_document`], plus [`ExtJsonError::Ambiguous`] and [`ExtJsonError::InvalidUtf8`].
+pub fn write_document_strict(
+    out: &mut Vec<u8>,
+    doc: &RawDocument,
+    mode: JsonMode,
+    utf8: Utf8,
+) -> Res {
+    let bytes = doc.as_bytes();
+    guarded::<true>(out, mode, utf8, bytes.len(), |enc| {
         enc.document(bytes, 0, 1, false)
     })
 }
@@ -131,7 +216,7 @@ pub fn write_document(out: &mut Vec<u8>, doc: &RawDocument, mode: JsonMode) -> R
 /// As [`write_document`].
 pub fn write_array(out: &mut Vec<u8>, arr: &RawArray, mode: JsonMode) -> Res {
     let bytes = arr.as_bytes();
-    guarded(out, mode, bytes.len(), |enc| {
+    guarded::<false>(out, mode, Utf8::Replace, bytes.len(), |enc| {
         enc.document(bytes, 0, 1, true)
     })
 }
@@ -148,7 +233,7 @@ pub fn write_array(out: &mut Vec<u8>, arr: &RawArray, mode: JsonMode) -> Res {
 /// As [`write_document`], for documents, arrays and code-with-scope scopes inside `value`
 /// (nesting is counted from 1 for a document or array `value`).
 pub fn write_value(out: &mut Vec<u8>, value: RawBsonRef<'_>, mode: JsonMode) -> Res {
-    guarded(out, mode, 16, |enc| enc.value_ref(value))
+    guarded::<false>(out, mode, Utf8::Replace, 16, |enc| enc.value_ref(value))
 }
 
 /// Transcodes `doc` to a `String` of compact Extended JSON (see [`write_document`]).
@@ -173,18 +258,20 @@ pub fn to_string(doc: &RawDocument, mode: JsonMode) -> Result<String, ExtJsonErr
     Ok(String::from_utf8(out).expect("invariant: the encoder only emits valid UTF-8"))
 }
 
-/// Runs `f` on an encoder over `out`; on error truncates `out` to its length on entry.
-fn guarded(
+/// Runs `f` on an encoder over `out`; on error truncates `out` to its length on entry. `CHECK`
+/// turns the ambiguity rule on (off, it is compiled out).
+fn guarded<const CHECK: bool>(
     out: &mut Vec<u8>,
     mode: JsonMode,
+    utf8: Utf8,
     input_len: usize,
-    f: impl FnOnce(&mut JsonWriter<'_>) -> Res,
+    f: impl FnOnce(&mut JsonWriter<'_, CHECK>) -> Res,
 ) -> Res {
     let start = out.len();
     // JSON is usually somewhat longer than the BSON it comes from (quotes, wrappers, digits);
     // one reservation up front avoids most regrowth on the hot path.
     out.reserve(input_len + input_len / 2 + 16);
-    let mut enc = JsonWriter { out, mode };
+    let mut enc = JsonWriter { out, mode, utf8 };
     let result = f(&mut enc);
     if result.is_err() {
         out.truncate(start);
@@ -256,16 +343,30 @@ fn cstring(doc: &[u8], start: usize, end: usize, base: usize) -> Res<&[u8]> {
     Ok(&region[..nul])
 }
 
-/// Appends JSON to `out`. All writes are infallible; only BSON parsing fails.
-struct JsonWriter<'o> {
+/// Appends JSON to `out`. Writes fail only in strict mode (`CHECK`: ambiguous documents;
+/// `utf8`: invalid UTF-8); BSON parsing fails on malformed input.
+struct JsonWriter<'o, const CHECK: bool> {
     out: &'o mut Vec<u8>,
     mode: JsonMode,
+    utf8: Utf8,
 }
 
-impl JsonWriter<'_> {
+impl<const CHECK: bool> JsonWriter<'_, CHECK> {
     #[inline]
     fn raw(&mut self, s: &[u8]) {
         self.out.extend_from_slice(s);
+    }
+
+    /// A JSON string of `s`; invalid UTF-8 is an error unless replacing.
+    #[inline]
+    fn string(&mut self, s: &[u8]) -> Res {
+        if write_json_string(self.out, s) || self.utf8 == Utf8::Replace {
+            Ok(())
+        } else {
+            Err(ExtJsonError::InvalidUtf8 {
+                path: String::new(),
+            })
+        }
     }
 
     /// Writes the document or array whose complete bytes are `doc` (length prefix through
@@ -286,7 +387,8 @@ impl JsonWriter<'_> {
         let end = doc.len() - 1;
         self.out.push(if array { b'[' } else { b'{' });
         let mut pos = 4;
-        let mut first = true;
+        let mut index = 0;
+        let mut shape = DocumentShape::default();
         while pos < end {
             let tag = doc[pos];
             if tag == 0 {
@@ -297,15 +399,34 @@ impl JsonWriter<'_> {
             }
             let key = cstring(doc, pos + 1, end, base)?;
             pos += 1 + key.len() + 1;
-            if !first {
+            if index > 0 {
                 self.out.push(b',');
             }
-            first = false;
             if !array {
-                write_json_string(self.out, key);
+                if CHECK && key.first() == Some(&b'$') {
+                    shape
+                        .key(key, tag, index)
+                        .map_err(|reason| ExtJsonError::Ambiguous {
+                            path: String::from_utf8_lossy(key).into_owned(),
+                            reason,
+                        })?;
+                }
+                self.string(key).map_err(|e| e.inside(key))?;
                 self.out.push(b':');
             }
-            pos = self.element(tag, doc, pos, end, base, depth)?;
+            pos = self
+                .element(tag, doc, pos, end, base, depth)
+                .map_err(|e| match array {
+                    true => e.inside(index.to_string().as_bytes()),
+                    false => e.inside(key),
+                })?;
+            index += 1;
+        }
+        if CHECK && !array {
+            shape.end().map_err(|reason| ExtJsonError::Ambiguous {
+                path: String::new(),
+                reason,
+            })?;
         }
         self.out.push(if array { b']' } else { b'}' });
         Ok(())
@@ -334,9 +455,9 @@ impl JsonWriter<'_> {
             0x02 | 0x0D | 0x0E => {
                 let s = lstring(avail, at)?;
                 match tag {
-                    0x02 => write_json_string(self.out, s),
-                    0x0D => self.wrapped_string(b"{\"$code\":", s),
-                    _ => self.wrapped_string(b"{\"$symbol\":", s),
+                    0x02 => self.string(s)?,
+                    0x0D => self.wrapped_string(b"{\"$code\":", s)?,
+                    _ => self.wrapped_string(b"{\"$symbol\":", s)?,
                 }
                 4 + s.len() + 1
             }
@@ -393,14 +514,14 @@ impl JsonWriter<'_> {
             0x0B => {
                 let pattern = cstring(doc, pos, end, base)?;
                 let options = cstring(doc, pos + pattern.len() + 1, end, base)?;
-                self.regex(pattern, options);
+                self.regex(pattern, options)?;
                 pattern.len() + options.len() + 2
             }
             0x0C => {
                 let ns = lstring(avail, at)?;
                 let oid_at = 4 + ns.len() + 1;
                 let oid: [u8; 12] = fixed(&avail[oid_at..], at + oid_at)?;
-                self.db_pointer(ns, &oid);
+                self.db_pointer(ns, &oid)?;
                 oid_at + 12
             }
             0x0F => {
@@ -457,16 +578,16 @@ impl JsonWriter<'_> {
     fn value_ref(&mut self, value: RawBsonRef<'_>) -> Res {
         match value {
             RawBsonRef::Double(v) => self.double(v),
-            RawBsonRef::String(s) => write_json_string(self.out, s.as_bytes()),
+            RawBsonRef::String(s) => self.string(s.as_bytes())?,
             RawBsonRef::Array(a) => self.document(a.as_bytes(), 0, 1, true)?,
             RawBsonRef::Document(d) => self.document(d.as_bytes(), 0, 1, false)?,
             RawBsonRef::Boolean(b) => self.raw(if b { b"true" } else { b"false" }),
             RawBsonRef::Null => self.raw(b"null"),
             RawBsonRef::RegularExpression(re) => {
-                self.regex(re.pattern.as_bytes(), re.options.as_bytes());
+                self.regex(re.pattern.as_bytes(), re.options.as_bytes())?;
             }
             RawBsonRef::JavaScriptCode(code) => {
-                self.wrapped_string(b"{\"$code\":", code.as_bytes());
+                self.wrapped_string(b"{\"$code\":", code.as_bytes())?;
             }
             RawBsonRef::JavaScriptCodeWithScope(cws) => {
                 self.code_with_scope(cws.code.as_bytes(), cws.scope.as_bytes(), 0, 1)?;
@@ -477,7 +598,7 @@ impl JsonWriter<'_> {
             RawBsonRef::Binary(bin) => self.binary(u8::from(bin.subtype), bin.bytes),
             RawBsonRef::ObjectId(oid) => self.object_id(&oid.bytes()),
             RawBsonRef::DateTime(dt) => self.datetime(dt.timestamp_millis()),
-            RawBsonRef::Symbol(s) => self.wrapped_string(b"{\"$symbol\":", s.as_bytes()),
+            RawBsonRef::Symbol(s) => self.wrapped_string(b"{\"$symbol\":", s.as_bytes())?,
             RawBsonRef::Decimal128(d) => self.decimal128(&d.bytes()),
             RawBsonRef::Undefined => self.raw(b"{\"$undefined\":true}"),
             RawBsonRef::MaxKey => self.raw(b"{\"$maxKey\":1}"),
@@ -495,10 +616,11 @@ impl JsonWriter<'_> {
         Ok(())
     }
 
-    fn wrapped_string(&mut self, prefix: &[u8], s: &[u8]) {
+    fn wrapped_string(&mut self, prefix: &[u8], s: &[u8]) -> Res {
         self.raw(prefix);
-        write_json_string(self.out, s);
+        self.string(s)?;
         self.out.push(b'}');
+        Ok(())
     }
 
     fn int32(&mut self, v: i32) {
@@ -569,9 +691,9 @@ impl JsonWriter<'_> {
         self.raw(b"\"}");
     }
 
-    fn regex(&mut self, pattern: &[u8], options: &[u8]) {
+    fn regex(&mut self, pattern: &[u8], options: &[u8]) -> Res {
         self.raw(b"{\"$regularExpression\":{\"pattern\":");
-        write_json_string(self.out, pattern);
+        self.string(pattern)?;
         self.raw(b",\"options\":");
         // The spec requires the options in alphabetical order (conversion table, note 2).
         let mut small = [0u8; 16];
@@ -579,28 +701,35 @@ impl JsonWriter<'_> {
             let sorted = &mut small[..options.len()];
             sorted.copy_from_slice(options);
             sorted.sort_unstable();
-            write_json_string(self.out, sorted);
+            self.string(sorted)?;
         } else {
             // Unusual (long or non-ASCII options): sort by character, not by byte.
+            if std::str::from_utf8(options).is_err() && self.utf8 == Utf8::Refuse {
+                return Err(ExtJsonError::InvalidUtf8 {
+                    path: String::new(),
+                });
+            }
             let mut chars: Vec<char> = String::from_utf8_lossy(options).chars().collect();
             chars.sort_unstable();
             let sorted: String = chars.into_iter().collect();
-            write_json_string(self.out, sorted.as_bytes());
+            self.string(sorted.as_bytes())?;
         }
         self.raw(b"}}");
+        Ok(())
     }
 
-    fn db_pointer(&mut self, namespace: &[u8], oid: &[u8; 12]) {
+    fn db_pointer(&mut self, namespace: &[u8], oid: &[u8; 12]) -> Res {
         self.raw(b"{\"$dbPointer\":{\"$ref\":");
-        write_json_string(self.out, namespace);
+        self.string(namespace)?;
         self.raw(b",\"$id\":");
         self.object_id(oid);
         self.raw(b"}}");
+        Ok(())
     }
 
     fn code_with_scope(&mut self, code: &[u8], scope: &[u8], base: usize, depth: usize) -> Res {
         self.raw(b"{\"$code\":");
-        write_json_string(self.out, code);
+        self.string(code)?;
         self.raw(b",\"$scope\":");
         self.document(scope, base, depth, false)?;
         self.out.push(b'}');

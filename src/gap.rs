@@ -7,8 +7,8 @@
 //! writes, so each consumer of each group sees it whatever partitions it owns:
 //! key `{"pipeline":"<name>"}`, value
 //! `{"operationType":"gap","pipeline":…,"from":<committed clusterTime>,"to":<new start>,"reason":…}`
-//! (times as Extended JSON timestamps, `from` null when unknown), header
-//! `mongo.operation_type=gap`.
+//! (times as Extended JSON timestamps, `from` null when unknown), both in the pipeline's
+//! `key_format` and `format`, headers `mongo.operation_type=gap`, `mongo.format`.
 //!
 //! Invariants: the markers are delivered before the offsets move, so a crash in between repeats
 //! the markers instead of losing them; they go through the pipeline's own producer, like
@@ -18,13 +18,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::Timestamp;
+use bson::{RawBson, RawDocumentBuf, Timestamp, rawdoc};
 use tracing::error;
 
 use crate::config::PipelineConfig;
-use crate::encode::Record;
+use crate::encode::{Record, format_header, own_document};
 use crate::error::BridgeError;
 use crate::event::format_timestamp;
+use crate::extjson::JsonMode;
 use crate::kafka::delivery::Delivery;
 use crate::kafka::sink::KafkaSink;
 use crate::kafka::topics;
@@ -77,22 +78,23 @@ impl Skip<'_> {
     }
 }
 
-/// The marker's value for `pipeline`, skipping from `from` to `to` because of `reason`.
-pub fn marker_value(
+/// The marker document of `pipeline`, skipping from `from` to `to` because of `reason`.
+pub fn marker(
     pipeline: &str,
     from: Option<Timestamp>,
     to: Timestamp,
     reason: &str,
-) -> String {
-    let ts = |t: Timestamp| format!(r#"{{"$timestamp":{{"t":{},"i":{}}}}}"#, t.time, t.increment);
-    let from = from.map_or_else(|| "null".to_owned(), ts);
-    let text = |s: &str| serde_json::Value::String(s.to_owned()).to_string();
-    format!(
-        r#"{{"operationType":"gap","pipeline":{},"from":{from},"to":{},"reason":{}}}"#,
-        text(pipeline),
-        ts(to),
-        text(reason)
-    )
+) -> RawDocumentBuf {
+    let mut doc = RawDocumentBuf::new();
+    doc.append("operationType", "gap");
+    doc.append("pipeline", pipeline);
+    match from {
+        Some(from) => doc.append("from", from),
+        None => doc.append("from", RawBson::Null),
+    }
+    doc.append("to", to);
+    doc.append("reason", reason);
+    doc
 }
 
 /// Publishes the gap marker to every partition of every topic `p` writes; returns how many
@@ -119,10 +121,9 @@ async fn publish(
             ),
         )
     })?;
-    let key = serde_json::json!({ "pipeline": p.name })
-        .to_string()
-        .into_bytes();
-    let value = marker_value(&p.name, from, to, reason).into_bytes();
+    let key = own_document(&rawdoc! { "pipeline": p.name.as_str() }, p.key_format);
+    let value = own_document(&marker(&p.name, from, to, reason), p.format);
+    let format = format_header(p.format, JsonMode::Canonical);
     let mut deliveries = Vec::new();
     let written = listed
         .iter()
@@ -137,6 +138,7 @@ async fn publish(
             headers: vec![
                 ("mongo.operation_type", b"gap".to_vec()),
                 ("mongo.pipeline", p.name.as_bytes().to_vec()),
+                ("mongo.format", format.to_vec()),
             ],
         };
         for partition in 0..*partitions {
@@ -169,10 +171,19 @@ mod tests {
             time: 1700000000,
             increment: 7,
         });
+        let json = |doc: RawDocumentBuf| {
+            String::from_utf8(own_document(&doc, crate::config::Format::Json)).expect("UTF-8")
+        };
         assert_eq!(
-            marker_value("orders", from, to, "history lost"),
+            json(marker("orders", from, to, "history lost")),
             r#"{"operationType":"gap","pipeline":"orders","from":{"$timestamp":{"t":1700000000,"i":7}},"to":{"$timestamp":{"t":1700000100,"i":2}},"reason":"history lost"}"#
         );
-        assert!(marker_value("o\"x", None, to, "r").contains(r#""pipeline":"o\"x","from":null"#));
+        assert!(json(marker("o\"x", None, to, "r")).contains(r#""pipeline":"o\"x","from":null"#));
+        let bson = own_document(
+            &marker("orders", from, to, "r"),
+            crate::config::Format::Bson,
+        );
+        let doc = bson::RawDocument::from_bytes(&bson).expect("BSON");
+        assert_eq!(doc.get_timestamp("to").expect("to"), to);
     }
 }

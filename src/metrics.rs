@@ -36,6 +36,9 @@ pub const MESSAGES_DELIVERED: &str = "mongo_kafka_bridge_kafka_messages_delivere
 /// Records Kafka did not acknowledge, by `pipeline`, `topic`, `error_code` (librdkafka code
 /// name, or `cancelled` / `dead_lettered`).
 pub const DELIVERY_ERRORS: &str = "mongo_kafka_bridge_kafka_delivery_errors_total";
+/// Events JSON cannot carry exactly that `on_ambiguous` diverted, by `pipeline`, `outcome`
+/// (`dead_lettered`: a stub went to the dead-letter topic; `bson`: published as BSON).
+pub const AMBIGUOUS_EVENTS: &str = "mongo_kafka_bridge_ambiguous_events_total";
 /// Times librdkafka's queue was full and the relay waited, by `pipeline`.
 pub const QUEUE_FULL: &str = "mongo_kafka_bridge_kafka_queue_full_total";
 /// Seconds from enqueue to delivery of an event's records, by `pipeline`, `topic`.
@@ -93,13 +96,14 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 28] = [
+pub const ALL: [&str; 29] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
     MESSAGES_ENQUEUED,
     MESSAGES_DELIVERED,
     DELIVERY_ERRORS,
+    AMBIGUOUS_EVENTS,
     QUEUE_FULL,
     DELIVERY_DURATION,
     END_TO_END_LATENCY,
@@ -134,6 +138,7 @@ pub struct Metrics {
     enqueued: IntCounterVec,
     delivered: IntCounterVec,
     delivery_errors: IntCounterVec,
+    ambiguous: IntCounterVec,
     queue_full: IntCounterVec,
     delivery_duration: HistogramVec,
     end_to_end: HistogramVec,
@@ -205,6 +210,12 @@ impl Metrics {
                 DELIVERY_ERRORS,
                 "Records Kafka did not acknowledge.",
                 &["pipeline", "topic", "error_code"],
+            ),
+            ambiguous: counter(
+                &r,
+                AMBIGUOUS_EVENTS,
+                "Events JSON cannot carry exactly, diverted by on_ambiguous.",
+                &["pipeline", "outcome"],
             ),
             queue_full: counter(&r, QUEUE_FULL, "Waits on a full librdkafka queue.", p),
             delivery_duration: histogram(

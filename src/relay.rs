@@ -117,6 +117,7 @@ impl Relay {
             pipeline: Arc::from(pipeline),
             metrics: metrics.clone(),
             dead_letter: None,
+            key_format: encoder.key_format(),
         });
         Self {
             pipeline: Arc::from(pipeline),
@@ -148,6 +149,7 @@ impl Relay {
             pipeline: Arc::clone(&self.pipeline),
             metrics: self.metrics.clone(),
             dead_letter: Some((self.sink.clone(), Arc::from(topic))),
+            key_format: self.context.key_format,
         });
         self
     }
@@ -240,6 +242,9 @@ impl Relay {
                         source,
                     })?;
                 self.metrics.event_read(&encoded.operation_type);
+                if let Some(diverted) = &encoded.diverted {
+                    self.diverted(diverted);
+                }
                 if let Some(ts) = encoded.cluster_time {
                     let lag = timestamp_now().time.saturating_sub(ts.time);
                     self.metrics.source_lag.set(f64::from(lag));
@@ -313,6 +318,20 @@ impl Relay {
         }
         self.push_event(p);
         Ok(None)
+    }
+
+    /// Counts and logs an event `on_ambiguous` diverted (a stub, or BSON).
+    fn diverted(&self, diverted: &crate::encode::Diversion) {
+        self.metrics.ambiguous(diverted.outcome);
+        let (path, reason) = (&diverted.problem.path, &diverted.problem.reason);
+        if diverted.outcome == "bson" {
+            tracing::warn!(pipeline = %self.pipeline, field = %path, reason = %reason,
+                "event published as BSON (on_ambiguous = bson): JSON cannot carry it exactly");
+        } else {
+            tracing::error!(pipeline = %self.pipeline, field = %path, reason = %reason,
+                "event replaced by a stub on the dead-letter topic (on_ambiguous = dead_letter): \
+                 JSON cannot carry it exactly");
+        }
     }
 
     /// The metric handles of `topic`, cached for the common case of one topic in a row.

@@ -8,7 +8,8 @@
 use std::collections::HashSet;
 
 use super::{
-    Config, ENV_PREFIX, FullDocument, OnHistoryLost, OnOversize, PipelineConfig, StartAt, ValueMode,
+    Config, ENV_PREFIX, Format, FullDocument, OnAmbiguous, OnHistoryLost, OnOversize,
+    PipelineConfig, StartAt, ValueMode,
 };
 use crate::error::BridgeError;
 
@@ -408,10 +409,19 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             "\"snapshot\" is not available in this version; use \"fail\" or \"skip\"",
         ));
     }
-    if p.on_oversize == OnOversize::DeadLetter && p.dead_letter_topic.is_none() {
+    let dead_letters = [
+        ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
+        ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),
+    ];
+    if let Some((policy, _)) = dead_letters.iter().find(|(_, uses)| *uses)
+        && p.dead_letter_topic.is_none()
+    {
         return Err(err(
             format!("{at}.dead_letter_topic"),
-            "required with on_oversize = \"dead_letter\": name the topic for oversized records",
+            format!(
+                "required with {policy} = \"dead_letter\": name the topic for the records it \
+                 diverts"
+            ),
         ));
     }
     if p.value == ValueMode::Document && p.full_document == FullDocument::Default {
@@ -421,11 +431,24 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
              \"when_available\" or \"required\" (otherwise an update would look like a delete)",
         ));
     }
-    if p.dead_letter_topic.is_some() && p.on_oversize != OnOversize::DeadLetter {
+    if p.dead_letter_topic.is_some() && !dead_letters.iter().any(|(_, uses)| *uses) {
         return Err(err(
             format!("{at}.dead_letter_topic"),
-            "only used with on_oversize = \"dead_letter\"; remove it",
+            "only used with on_oversize or on_ambiguous = \"dead_letter\"; remove it",
         ));
     }
     Ok(())
+}
+
+/// Settings that are valid but probably not what was meant.
+pub(super) fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, p) in config.pipelines.iter().enumerate() {
+        if p.format == Format::Bson && p.json.is_some() {
+            out.push(format!(
+                "pipelines[{i}].json is ignored: values are BSON (format = \"bson\"); remove it"
+            ));
+        }
+    }
+    out
 }

@@ -96,7 +96,7 @@ fn a_minimal_file_gets_the_documented_defaults() {
     assert_eq!(p.full_document_before_change, FullDocumentBeforeChange::Off);
     assert_eq!(p.topic, None);
     assert_eq!(p.value, ValueMode::ChangeEvent);
-    assert_eq!(p.json, JsonMode::Relaxed);
+    assert_eq!(p.json_mode(), JsonMode::Relaxed);
     assert!(p.tombstones);
     assert_eq!(p.start_at, "now");
     assert_eq!(p.start_at(), StartAt::Now);
@@ -152,7 +152,7 @@ fn every_option_is_read_from_the_file() {
     );
     assert_eq!(p.topic.as_deref(), Some("all-orders"));
     assert_eq!(p.value, ValueMode::Document);
-    assert_eq!(p.json, JsonMode::Canonical);
+    assert_eq!(p.json_mode(), JsonMode::Canonical);
     assert!(!p.tombstones);
     assert_eq!(p.start_at(), StartAt::Timestamp(1_704_164_645));
     let whole = &config.pipelines[1];
@@ -802,12 +802,21 @@ fn document_values_need_a_full_document_on_updates() {
 }
 
 #[test]
-fn dead_letter_topic_needs_on_oversize_dead_letter() {
+fn dead_letter_topic_needs_a_dead_letter_policy() {
     assert_rejected(
         &valid_with("dead_letter_topic = \"dlq\"\n"),
         "pipelines[0].dead_letter_topic",
-        "only used with on_oversize = \"dead_letter\"",
+        "only used with on_oversize or on_ambiguous = \"dead_letter\"",
     );
+    assert_rejected(
+        &valid_with("on_ambiguous = \"dead_letter\"\n"),
+        "pipelines[0].dead_letter_topic",
+        "required with on_ambiguous = \"dead_letter\"",
+    );
+    parse(&valid_with(
+        "on_ambiguous = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n",
+    ))
+    .expect("either policy may use it");
 }
 
 #[test]

@@ -75,6 +75,29 @@ pub enum ValueMode {
     Document,
 }
 
+/// `format` and `key_format`: how a record's value or key is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// Extended JSON v2 (a key: canonical; a value: the pipeline's `json` mode).
+    Json,
+    /// BSON, as the server sent it.
+    Bson,
+}
+
+/// `on_ambiguous`: an event that Extended JSON cannot carry exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAmbiguous {
+    /// Stop the pipeline with an error naming the document key, the field and the fix.
+    Fail,
+    /// Publish a stub with the reason to `dead_letter_topic` instead; the event then counts as
+    /// delivered.
+    DeadLetter,
+    /// Publish that one event as BSON (`mongo.format = bson`).
+    Bson,
+}
+
 /// `on_history_lost`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

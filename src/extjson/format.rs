@@ -29,11 +29,13 @@ pub(super) static ESCAPE: [u8; 256] = {
 };
 
 /// Writes `bytes` as a quoted JSON string. Valid UTF-8 is copied verbatim except for `"`,
-/// `\` and control characters (escaped); invalid sequences become U+FFFD.
-pub(super) fn write_json_string(out: &mut Vec<u8>, bytes: &[u8]) {
+/// `\` and control characters (escaped); invalid sequences become U+FFFD. Returns whether
+/// `bytes` was valid UTF-8 (nothing was replaced).
+pub(super) fn write_json_string(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    if std::str::from_utf8(bytes).is_ok() {
+    let valid = std::str::from_utf8(bytes).is_ok();
+    if valid {
         escape_utf8(out, bytes);
     } else {
         for chunk in bytes.utf8_chunks() {
@@ -44,6 +46,7 @@ pub(super) fn write_json_string(out: &mut Vec<u8>, bytes: &[u8]) {
         }
     }
     out.push(b'"');
+    valid
 }
 
 /// Whether any byte of the 8-byte word `w` is `"`, `\` or below 0x20 (exact, not a

@@ -17,6 +17,7 @@ use rdkafka::producer::DeliveryFuture;
 
 use super::dead_letter::{self, Refused};
 use super::sink::KafkaSink;
+use crate::config::Format;
 use crate::error::{BridgeError, is_oversize};
 use crate::metrics::{PipelineMetrics, TopicMetrics};
 
@@ -78,6 +79,8 @@ pub struct DeliveryContext {
     pub metrics: PipelineMetrics,
     /// The producer and topic of the dead-letter policy, when configured.
     pub dead_letter: Option<(KafkaSink, Arc<str>)>,
+    /// How the pipeline's keys are encoded (for stubs and messages).
+    pub key_format: Format,
 }
 
 /// One change event's records in flight.
@@ -147,18 +150,18 @@ impl EventDeliveries {
             return Err(BridgeError::Oversize {
                 pipeline,
                 topic: refused.topic.to_string(),
-                key: refused.key_text(),
+                key: refused.key_text(self.context.key_format),
                 size: refused.size,
             });
         };
-        let stub = dead_letter::stub(dlq, &refused, &error);
+        let stub = dead_letter::stub(dlq, &refused, &error.to_string(), self.context.key_format);
         self.topic_metrics.delivery_error("dead_lettered");
         tracing::error!(pipeline, topic = %refused.topic, size = refused.size,
             "record too large for Kafka: a stub goes to the dead-letter topic instead");
         let stub_refused = |source| BridgeError::DeadLetterRefused {
             pipeline: pipeline.clone(),
             topic: dlq.to_string(),
-            key: refused.key_text(),
+            key: refused.key_text(self.context.key_format),
             source: Box::new(source),
         };
         let delivery = match sink.enqueue_waiting(&stub, None).await {

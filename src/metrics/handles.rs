@@ -163,6 +163,13 @@ impl PipelineMetrics {
             .unwrap_or_else(|e| e.into_inner());
         map.insert(self.name.clone(), f64::from(position_time.time));
     }
+    /// Counts an event `on_ambiguous` diverted with `outcome` (`dead_lettered` | `bson`).
+    pub fn ambiguous(&self, outcome: &str) {
+        self.family
+            .ambiguous
+            .with_label_values(&[&self.name, outcome])
+            .inc();
+    }
     /// Counts an offsets write with `outcome` `ok` | `error` | `lease`.
     pub fn commit(&self, outcome: &str) {
         self.family

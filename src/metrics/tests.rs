@@ -30,6 +30,8 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     p.commit("ok");
     p.commit_duration.observe(0.002);
     p.rdkafka_gauges();
+    p.ambiguous("bson");
+    p.owned.set(1);
     metrics.set_history(Some((40.0, 200.0)));
     // WHEN rendered
     let text = metrics.render();
