@@ -1,7 +1,9 @@
 //! Encoder micro-benchmark: a raw change event (BSON bytes as the server sends them) → relaxed
 //! and canonical Extended JSON bytes, for ~1 KB, ~20 KB and ~250 KB documents and for the real
 //! sample documents (`../shared/data/sample`, when present), against the naive path a user
-//! would write (`bson::Document` → `serde_json::Value` → bytes).
+//! would write (`bson::Document` → `serde_json::Value` → bytes). `extjson-strict` is the same
+//! transcoding with the checks the encoder applies (ambiguous documents, invalid UTF-8), next to
+//! `extjson` with them compiled out: the difference is what the checks cost.
 //!
 //! `cargo bench --bench encode` (add `-- --quick` for a short run). Under
 //! `cargo test --all-targets` every case runs once as a smoke test.
@@ -13,7 +15,7 @@ use bson::{Bson, Document, RawDocumentBuf, doc, oid::ObjectId};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use mongo_kafka_bridge::config::PipelineConfig;
 use mongo_kafka_bridge::encode::RecordEncoder;
-use mongo_kafka_bridge::extjson::{self, JsonMode};
+use mongo_kafka_bridge::extjson::{self, JsonMode, Utf8};
 
 /// A document of about `size` BSON bytes shaped like the load generator's (`bench/src/load.rs`).
 fn document(size: usize) -> Document {
@@ -93,6 +95,14 @@ fn transcode(raw: &RawDocumentBuf, mode: JsonMode, out: &mut Vec<u8>) -> usize {
     out.len()
 }
 
+/// [`transcode`] with the strict checks the encoder applies (ambiguous documents, invalid
+/// UTF-8); `transcode` is the same walk with the checks compiled out.
+fn transcode_strict(raw: &RawDocumentBuf, mode: JsonMode, out: &mut Vec<u8>) -> usize {
+    out.clear();
+    extjson::write_document_strict(out, raw, mode, Utf8::Refuse).expect("unambiguous BSON");
+    out.len()
+}
+
 fn encoder(json: &str) -> RecordEncoder {
     let pipeline: PipelineConfig = toml::from_str(&format!(
         "name = \"orders\"\ndatabase = \"shop\"\ncollection = \"orders\"\njson = \"{json}\"\n"
@@ -118,6 +128,14 @@ fn bench_set(c: &mut Criterion, name: &str, events: &[RawDocumentBuf]) {
                 events
                     .iter()
                     .map(|e| transcode(black_box(e), mode, &mut out))
+                    .sum::<usize>()
+            })
+        });
+        group.bench_function(BenchmarkId::new("extjson-strict", label), |b| {
+            b.iter(|| {
+                events
+                    .iter()
+                    .map(|e| transcode_strict(black_box(e), mode, &mut out))
                     .sum::<usize>()
             })
         });

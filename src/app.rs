@@ -9,7 +9,8 @@
 //!   positions and release their leases before the process exits non-zero.
 //! - A pipeline task that panics is an error ([`BridgeError::TaskPanicked`]), never a clean stop.
 //! - Shutdown (the `shutdown` future, or [`Bridge::shutdown`]) marks the process not ready first,
-//!   then cancels every pipeline; each drains within `shutdown_timeout_ms`.
+//!   then cancels every pipeline; each drains within `shutdown_timeout_ms`. The HTTP endpoint
+//!   answers until every pipeline stopped (`/readyz` 503 "draining", `/healthz` 200).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,7 +28,7 @@ use crate::error::BridgeError;
 use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
 use crate::metrics::Metrics;
-use crate::pipeline::{self, PipelineContext};
+use crate::pipeline::{self, Ended, PipelineContext};
 
 /// A running bridge.
 pub struct Bridge {
@@ -39,7 +40,11 @@ pub struct Bridge {
 }
 
 /// A configuration error about `[kafka]`, from a librdkafka refusal.
-fn kafka_refused(config: &Config, what: &str, e: &rdkafka::error::KafkaError) -> BridgeError {
+pub(crate) fn kafka_refused(
+    config: &Config,
+    what: &str,
+    e: &rdkafka::error::KafkaError,
+) -> BridgeError {
     BridgeError::Config {
         field: "kafka.properties".into(),
         reason: format!(
@@ -72,7 +77,10 @@ impl Bridge {
         let names = config.pipelines.iter().map(|p| p.name.clone());
         let health = Arc::new(Health::new(names, config.bridge.liveness_timeout_ms));
         let cancel = CancellationToken::new();
-        let metrics_addr = serve(&config, &metrics, &health, &cancel).await?;
+        // The endpoint outlives the pipelines' drain: /readyz says "draining" (503) and
+        // /healthz stays up until every pipeline stopped.
+        let http_stop = CancellationToken::new();
+        let metrics_addr = serve(&config, &metrics, &health, &http_stop).await?;
         info!(%metrics_addr, pipelines = config.pipelines.len(), "bridge started");
         let owner = format!(
             "{}:{}:{}",
@@ -96,19 +104,18 @@ impl Bridge {
             let handle = set.spawn(pipeline::run(ctx, cancel.child_token()));
             names.insert(handle.id(), p.name.clone());
         }
+        let (metrics_for_task, cancel_for_task) = (metrics.clone(), cancel.clone());
         tokio::spawn(crate::history::run(
             client.clone(),
             metrics.clone(),
             Duration::from_millis(config.metrics.history_interval_ms),
             cancel.child_token(),
         ));
-        let task = tokio::spawn(supervise(
-            set,
-            names,
-            metrics.clone(),
-            cancel.clone(),
-            client,
-        ));
+        let task = tokio::spawn(async move {
+            let result = supervise(set, names, metrics_for_task, cancel_for_task, client).await;
+            http_stop.cancel();
+            result
+        });
         Ok(Self {
             metrics_addr,
             cancel,
@@ -197,6 +204,9 @@ fn log_settings(config: &Config) {
         shutdown_timeout_ms = b.shutdown_timeout_ms,
         "starting"
     );
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     for p in &config.pipelines {
         info!(
             pipeline = %p.name,
@@ -218,16 +228,29 @@ fn log_settings(config: &Config) {
 /// Waits for every pipeline task; the first error (a panicked task counts as one) cancels the
 /// others. `names` maps task ids to pipeline names.
 async fn supervise(
-    mut set: JoinSet<Result<(), BridgeError>>,
+    mut set: JoinSet<Result<Ended, BridgeError>>,
     names: HashMap<tokio::task::Id, String>,
     metrics: Metrics,
     cancel: CancellationToken,
     client: Client,
 ) -> Result<(), BridgeError> {
     let mut first_error = None;
+    let mut refused = 0;
     while let Some(joined) = set.join_next_with_id().await {
         let error = match joined {
-            Ok((_, Ok(()))) => continue,
+            Ok((_, Ok(Ended::Stopped))) => continue,
+            Ok((_, Ok(Ended::Refused))) => {
+                refused += 1;
+                if refused < names.len() {
+                    continue;
+                }
+                BridgeError::Config {
+                    field: "pipelines".into(),
+                    reason: "every pipeline was refused: its configured stream differs from the \
+                             one its position was committed for (see the log above for each)"
+                        .into(),
+                }
+            }
             Ok((_, Err(error))) => error,
             Err(e) => {
                 let name = names.get(&e.id()).map_or("*", String::as_str);
@@ -299,7 +322,7 @@ mod tests {
         let waiting = cancel.clone();
         let clean = set.spawn(async move {
             waiting.cancelled().await;
-            Ok(())
+            Ok(Ended::Stopped)
         });
         names.insert(clean.id(), "users".to_owned());
         let client = Client::with_uri_str("mongodb://127.0.0.1:1/?directConnection=true")

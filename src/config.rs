@@ -182,6 +182,12 @@ pub struct BridgeConfig {
     pub max_restart_backoff_ms: u64,
     /// `/readyz` fails when the oldest undelivered record is older than this (ms). Default 60000.
     pub ready_max_delivery_age_ms: u64,
+    /// How long an owner's lease holds without a renewal (ms); renewed every
+    /// `commit_interval_ms`. A standby takes a pipeline over only after it lapsed, and an owner
+    /// that could not renew it takes no new event (self-fencing). Longer tolerates slower
+    /// offsets writes (a replica-set election takes ~10 s) without a handover; shorter hands a
+    /// dead owner's pipeline over sooner. Default 15000.
+    pub lease_ms: u64,
     /// `/healthz` fails when a running pipeline's loop (its relay, or its standby watch) has not
     /// ticked for this long (ms). Default 120000.
     pub liveness_timeout_ms: u64,
@@ -212,6 +218,9 @@ pub struct InFlightBounds {
     /// Record bytes enqueued and not delivered: min(`max_in_flight_bytes`,
     /// `queue.buffering.max.kbytes` × 1024).
     pub bytes: usize,
+    /// `queue.buffering.max.kbytes` × 1024: a record larger than the producer's whole queue can
+    /// never be enqueued, so it is refused as too large instead of waiting forever.
+    pub queue_bytes: usize,
 }
 
 impl BridgeConfig {
@@ -247,6 +256,7 @@ impl Default for BridgeConfig {
             max_await_time_ms: 1000,
             max_restart_backoff_ms: 30_000,
             ready_max_delivery_age_ms: 60_000,
+            lease_ms: 15_000,
             liveness_timeout_ms: 120_000,
             persistent_error_attempts: 10,
             worker_threads: 0,
@@ -364,16 +374,36 @@ impl Config {
                 .and_then(|v| v.to_string().parse::<usize>().ok())
                 .unwrap_or(default)
         };
-        let messages = queue("queue.buffering.max.messages", RDKAFKA_QUEUE_MESSAGES);
-        let kbytes = queue("queue.buffering.max.kbytes", RDKAFKA_QUEUE_KBYTES);
+        // 0 messages means no limit (librdkafka CONFIGURATION.md).
+        let messages = match queue("queue.buffering.max.messages", RDKAFKA_QUEUE_MESSAGES) {
+            0 => usize::MAX,
+            n => n,
+        };
+        let queue_bytes = queue("queue.buffering.max.kbytes", RDKAFKA_QUEUE_KBYTES)
+            .saturating_mul(1024)
+            .max(1024);
         let b = &self.bridge;
         InFlightBounds {
             events: b.max_in_flight_events.min(messages / 2).max(1),
-            bytes: b
-                .max_in_flight_bytes
-                .min(kbytes.saturating_mul(1024))
-                .max(1),
+            bytes: b.max_in_flight_bytes.min(queue_bytes).max(1),
+            queue_bytes,
         }
+    }
+
+    /// The producer's default `message.timeout.ms`: `lease_ms − commit_interval_ms − 1000`
+    /// (at least 1000), unless `[kafka.properties]` sets it.
+    ///
+    /// Why: librdkafka fails a queued record locally once it is older than this, checked before
+    /// it transmits. A paused owner (SIGSTOP, a long GC-like stall) is taken over only after its
+    /// lease lapsed, at least `lease_ms − commit_interval_ms` after its last enqueue; when it
+    /// resumes, the records it had queued are then too old to be sent, so they cannot land
+    /// after the new owner's newer records of the same documents (per-document order).
+    pub fn message_timeout_ms(&self) -> u64 {
+        let b = &self.bridge;
+        b.lease_ms
+            .saturating_sub(b.commit_interval_ms)
+            .saturating_sub(1000)
+            .max(1000)
     }
 
     /// Every secret in this configuration, for redaction of third-party messages.

@@ -140,8 +140,9 @@ pub enum BridgeError {
     /// A record is larger than Kafka accepts and the pipeline's policy is `on_oversize = "fail"`.
     #[error(
         "record of {size} bytes for topic {topic:?} (pipeline {pipeline:?}, key {key}) is larger \
-         than Kafka accepts (producer message.max.bytes or the topic's max.message.bytes). Set \
-         on_oversize = \"dead_letter\" with a dead_letter_topic, or raise both limits"
+         than Kafka accepts (producer message.max.bytes, the topic's max.message.bytes, or the \
+         producer's whole queue, queue.buffering.max.kbytes). Set on_oversize = \"dead_letter\" \
+         with a dead_letter_topic, or raise the limits"
     )]
     Oversize {
         /// Pipeline name.
@@ -209,6 +210,24 @@ pub enum BridgeError {
         /// What is wrong, and what to do.
         reason: String,
     },
+    /// The committed position belongs to another stream identity (scope or `pipeline` stages)
+    /// than the one configured: resuming would silently miss, or invent, events.
+    #[error(
+        "pipeline {pipeline:?} was changed since its position was committed: the offsets \
+         document records the stream {stored} but the configuration says {configured}. The \
+         pipeline is refused (the others run on). Either start the changed stream elsewhere \
+         with `mongo-kafka-bridge offsets reset {pipeline} --to-now` (or --to-timestamp T), or \
+         accept that the new filter resumes from the old position with `mongo-kafka-bridge \
+         offsets accept-config {pipeline}`"
+    )]
+    ConfigChanged {
+        /// Pipeline name.
+        pipeline: String,
+        /// The recorded stream identity (relaxed Extended JSON).
+        stored: String,
+        /// The configured one.
+        configured: String,
+    },
     /// Another instance took the pipeline over (its epoch is newer than ours).
     #[error(
         "pipeline {pipeline:?} was fenced: another bridge instance or an `offsets reset` took it over (epoch {epoch} is \
@@ -253,6 +272,7 @@ impl BridgeError {
             | Self::SplitEvent { .. }
             | Self::OffsetsDocument { .. }
             | Self::Producer(_)
+            | Self::ConfigChanged { .. }
             | Self::Oversize { .. } => ErrorClass::Fatal,
             Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
             Self::DeliveryCancelled { .. } | Self::StreamClosed { .. } => ErrorClass::Transient,
@@ -284,6 +304,7 @@ impl BridgeError {
             Self::Checkpoint { .. } => "checkpoint",
             Self::OffsetsDocument { .. } => "offsets_document",
             Self::Fenced { .. } => "fenced",
+            Self::ConfigChanged { .. } => "config_changed",
             Self::TaskPanicked { .. } => "panic",
         }
     }

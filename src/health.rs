@@ -36,8 +36,14 @@ pub struct PipelineHealth {
     /// An answer that takes longer than this (ms) makes the pipeline not ready: the server is
     /// unreachable while the driver retries (its server selection waits up to 30 s).
     pub server_answer_bound_ms: AtomicI64,
+    /// The last run failed in Kafka (a delivery timed out or was refused): not ready until a
+    /// delivery, or the cluster's metadata, answers again. A restarted run has nothing in
+    /// flight at first, so the age of the oldest undelivered record cannot tell.
+    pub kafka_failing: AtomicBool,
     /// While this instance stands by: the owner and the end of its lease (Unix ms).
     standby: Mutex<Option<(String, i64)>>,
+    /// Why the pipeline was refused (it never runs in this process).
+    refused: Mutex<Option<String>>,
 }
 
 impl PipelineHealth {
@@ -50,6 +56,18 @@ impl PipelineHealth {
     /// Records that this instance no longer stands by (it owns the pipeline, or stopped).
     pub fn clear_standby(&self) {
         *self.standby.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Records that the pipeline was refused, and why.
+    pub fn set_refused(&self, reason: &str) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+    }
+
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn standby(&self) -> Option<(String, i64)> {
@@ -120,6 +138,10 @@ impl Health {
             reasons.push("draining: shutdown in progress".to_owned());
         }
         for (name, p) in &self.pipelines {
+            if let Some(reason) = p.refused() {
+                reasons.push(format!("pipeline {name}: refused: {reason}"));
+                continue;
+            }
             if let Some((owner, until)) = p.standby() {
                 notes.push(format!(
                     "pipeline {name}: standby, owner {owner} until {}",
@@ -129,6 +151,12 @@ impl Health {
             }
             if !p.stream_open.load(Ordering::Relaxed) {
                 reasons.push(format!("pipeline {name}: change stream not open"));
+            }
+            if p.kafka_failing.load(Ordering::Relaxed) {
+                reasons.push(format!(
+                    "pipeline {name}: Kafka deliveries failed; restarted, waiting for Kafka to \
+                     answer again"
+                ));
             }
             let waiting = p.awaiting_server_since_ms.load(Ordering::Relaxed);
             let bound = p.server_answer_bound_ms.load(Ordering::Relaxed);
@@ -251,6 +279,31 @@ mod tests {
         );
         health.pipeline("a").clear_standby();
         assert!(!health.readiness(1000).ready);
+    }
+
+    #[test]
+    fn a_pipeline_restarted_after_a_kafka_failure_is_not_ready_until_kafka_answers() {
+        let health = Health::new(["a".to_owned()], 120_000);
+        let a = health.pipeline("a");
+        a.stream_open.store(true, Ordering::Relaxed);
+        a.kafka_failing.store(true, Ordering::Relaxed);
+        let r = health.readiness(60_000);
+        assert!(
+            !r.ready && r.lines[0].contains("Kafka deliveries failed"),
+            "{r:?}"
+        );
+        a.kafka_failing.store(false, Ordering::Relaxed);
+        assert!(health.readiness(60_000).ready);
+    }
+
+    #[test]
+    fn a_refused_pipeline_is_not_ready_and_says_why() {
+        let health = Health::new(["a".to_owned()], 120_000);
+        health.pipeline("a").set_refused("its stream changed");
+        assert_eq!(
+            health.readiness(1000),
+            not_ready(&["pipeline a: refused: its stream changed"])
+        );
     }
 
     #[test]

@@ -45,11 +45,7 @@ pub const PROTECTED: [(&str, &str); 4] = [
 /// own default, set explicitly because it is a measured choice: 10 ms doubled the median
 /// write → consumer latency at 2 000 events/s with no catch-up gain, 1 ms tripled the p99
 /// (more, smaller produce requests); see BENCHMARKS.md.
-const DEFAULTS: [(&str, &str); 3] = [
-    ("linger.ms", "5"),
-    ("message.timeout.ms", "120000"),
-    ("client.id", "mongo-kafka-bridge"),
-];
+const DEFAULTS: [(&str, &str); 2] = [("linger.ms", "5"), ("client.id", "mongo-kafka-bridge")];
 
 /// Properties of `[kafka.properties]` that every client (not only the producer) takes: the
 /// connection and security settings. Producer-only ones would make an admin client warn.
@@ -63,14 +59,16 @@ const SHARED_PREFIXES: [&str; 7] = [
     "api.version",
 ];
 
-/// The librdkafka producer configuration for `kafka`: the bridge's defaults, then the user's
-/// properties, then the protected ones.
-pub fn producer_config(kafka: &KafkaConfig) -> ClientConfig {
+/// The librdkafka producer configuration for `kafka`: the bridge's defaults (with
+/// `message.timeout.ms` = `message_timeout_ms`, see [`crate::Config::message_timeout_ms`]), then
+/// the user's properties, then the protected ones.
+pub fn producer_config(kafka: &KafkaConfig, message_timeout_ms: u64) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.bootstrap_servers);
     for (key, value) in DEFAULTS {
         config.set(key, value);
     }
+    config.set("message.timeout.ms", message_timeout_ms.to_string());
     for (key, value) in &kafka.properties {
         config.set(key, value.to_string());
     }
@@ -98,7 +96,7 @@ pub fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
 ///
 /// Errors: librdkafka's sentence, e.g. `No such configuration property: "compresion.type"`.
 pub fn validate_properties(kafka: &KafkaConfig) -> Result<(), String> {
-    producer_config(kafka)
+    producer_config(kafka, 120_000)
         .create_native_config()
         .map(drop)
         .map_err(|e| match e {
@@ -166,12 +164,12 @@ mod tests {
             ("acks", PropertyValue::Text("1".into())),
             ("linger.ms", PropertyValue::Integer(50)),
         ]);
-        let config = producer_config(&kafka);
+        let config = producer_config(&kafka, 13_000);
         assert_eq!(config.get("acks"), Some("all"));
         assert_eq!(config.get("enable.idempotence"), Some("true"));
         assert_eq!(config.get("partitioner"), Some("murmur2_random"));
         assert_eq!(config.get("linger.ms"), Some("50"));
-        assert_eq!(config.get("message.timeout.ms"), Some("120000"));
+        assert_eq!(config.get("message.timeout.ms"), Some("13000"));
     }
 
     #[test]

@@ -73,6 +73,17 @@ enum OffsetsArgs {
     /// Move a pipeline's position (no token; it starts there next time) or delete it. Refused
     /// while a live instance holds the pipeline, unless --force.
     Reset(ResetArgs),
+    /// Accept the configured scope and `pipeline` stages for a pipeline whose position was
+    /// committed under others: it resumes from that position. Refused while a live instance
+    /// holds the pipeline, unless --force.
+    AcceptConfig {
+        /// Pipeline name.
+        name: String,
+        /// Proceed although a live instance holds the pipeline: it is fenced, and resumes
+        /// under the accepted configuration.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -86,10 +97,12 @@ struct ResetArgs {
     /// Start at this cluster time: RFC 3339, <seconds>.<increment> or Unix seconds.
     #[arg(long, value_name = "T")]
     to_timestamp: Option<String>,
-    /// Delete the document: the next start follows the pipeline's `start_at`.
+    /// Forget the position (the document keeps only its incremented epoch): the next start
+    /// follows the pipeline's `start_at`.
     #[arg(long)]
     delete: bool,
-    /// Proceed although a live instance holds the pipeline (it will be fenced and stop).
+    /// Proceed although a live instance holds the pipeline: it is fenced, and restarts from the
+    /// new position (or another instance takes the pipeline there).
     #[arg(long)]
     force: bool,
 }
@@ -205,6 +218,7 @@ fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
     Some(match args {
         OffsetsArgs::List => OffsetsCommand::List,
         OffsetsArgs::Show { name } => OffsetsCommand::Show { name },
+        OffsetsArgs::AcceptConfig { name, force } => OffsetsCommand::AcceptConfig { name, force },
         OffsetsArgs::Reset(r) => {
             let to = match (r.to_now, r.to_timestamp, r.delete) {
                 (true, _, _) => ResetTo::Now,

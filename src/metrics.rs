@@ -58,7 +58,8 @@ pub const CHECKPOINT_TIMESTAMP: &str = "mongo_kafka_bridge_checkpoint_timestamp_
 /// Now minus the cluster time of the committed position (`positionTime`), seconds, by
 /// `pipeline`; computed at scrape time, so it grows while commits stall.
 pub const CHECKPOINT_LAG: &str = "mongo_kafka_bridge_checkpoint_lag_seconds";
-/// Now minus the `clusterTime` of the last event read (seconds), by `pipeline`.
+/// Now minus the `clusterTime` of the last event read (seconds), when it was read, by
+/// `pipeline`; 0 once an empty batch shows the stream read up to now.
 pub const SOURCE_LAG: &str = "mongo_kafka_bridge_source_lag_seconds";
 /// The committed position's cluster time minus the oldest oplog entry's (seconds), by
 /// `pipeline`: the oplog window minus the committed position's age. Absent when the server
@@ -75,6 +76,9 @@ pub const STREAM_OPEN: &str = "mongo_kafka_bridge_stream_open";
 /// 1 while this instance owns the pipeline (holds its epoch), 0 while it stands by or after
 /// it stopped, by `pipeline`.
 pub const PIPELINE_OWNED: &str = "mongo_kafka_bridge_pipeline_owned";
+/// 1 when the pipeline was refused because its configured stream differs from the one its
+/// position was committed for, by `pipeline`.
+pub const PIPELINE_REFUSED: &str = "mongo_kafka_bridge_pipeline_refused";
 /// librdkafka `msg_cnt`: records in the producer's queues, by `pipeline`.
 pub const RDKAFKA_QUEUE_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_queue_messages";
 /// librdkafka `msg_size`: bytes of records in the producer's queues, by `pipeline`.
@@ -96,7 +100,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 29] = [
+pub const ALL: [&str; 30] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -120,6 +124,7 @@ pub const ALL: [&str; 29] = [
     RESTARTS,
     STREAM_OPEN,
     PIPELINE_OWNED,
+    PIPELINE_REFUSED,
     RDKAFKA_QUEUE_MESSAGES,
     RDKAFKA_QUEUE_BYTES,
     RDKAFKA_OUTBUF_MESSAGES,
@@ -155,6 +160,7 @@ pub struct Metrics {
     restarts: IntCounterVec,
     stream_open: IntGaugeVec,
     pipeline_owned: IntGaugeVec,
+    pipeline_refused: IntGaugeVec,
     rdkafka: librdkafka::Families,
     /// Committed position time (Unix seconds) per pipeline, for the scrape-time lag and headroom.
     committed: Arc<Mutex<HashMap<String, f64>>>,
@@ -264,7 +270,7 @@ impl Metrics {
             source_lag: float_gauge(
                 &r,
                 SOURCE_LAG,
-                "Now minus clusterTime of the last event read.",
+                "Now minus clusterTime of the last event read; 0 once the stream is caught up.",
             ),
             history_headroom: float_gauge(
                 &r,
@@ -284,6 +290,11 @@ impl Metrics {
                 &r,
                 PIPELINE_OWNED,
                 "1 while this instance owns the pipeline, 0 while it stands by.",
+            ),
+            pipeline_refused: gauge(
+                &r,
+                PIPELINE_REFUSED,
+                "1 when the configured stream differs from the committed position's.",
             ),
             rdkafka: librdkafka::Families::register(&r),
             committed: Arc::default(),
@@ -309,6 +320,7 @@ impl Metrics {
             source_lag: self.source_lag.with_label_values(&[name]),
             stream_open: self.stream_open.with_label_values(&[name]),
             owned: self.pipeline_owned.with_label_values(&[name]),
+            refused: self.pipeline_refused.with_label_values(&[name]),
             events_read: handles::OpCounters::default(),
         }
     }

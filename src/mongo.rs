@@ -40,7 +40,7 @@ async fn options(config: &Config) -> Result<ClientOptions, BridgeError> {
         .await
         .map_err(|e| BridgeError::Config {
             field: "mongodb.uri".into(),
-            reason: config.redact(&e.to_string()),
+            reason: config.redact(&crate::error::describe_mongo(&e)),
         })?;
     if options.app_name.is_none() {
         options.app_name = Some("mongo-kafka-bridge".to_owned());

@@ -5,7 +5,7 @@
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
-//!   startAtOperationTime?}`.
+//!   startAtOperationTime?, fingerprint?, stream?, keyFormat?}`.
 //!
 //! Invariants:
 //! - Only this module names the document's fields ([`fields`]).
@@ -18,18 +18,25 @@
 //! - Every write uses write concern `majority`, so a committed position survives a failover.
 //! - Moving a position to a cluster time without a token is one update ([`moved_to`]), whoever
 //!   makes it (the history-loss policy `skip`, `offsets reset`).
+//! - The position belongs to the stream identity recorded with it ([`identity`]): a take-over by
+//!   an instance whose configured identity differs is refused before the epoch moves, so it
+//!   never fences the owner that runs the recorded one. An operator's reset removes the
+//!   identity; `offsets accept-config` records the configured one, keeping the position.
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
 pub mod admin;
 pub mod command;
 mod format;
+pub mod identity;
 mod store;
 
+pub use identity::StreamIdentity;
 pub use store::OffsetsStore;
 
-/// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema version this binary writes and understands. 2: the stream identity
+/// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore.
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The document's field names.
 pub(crate) mod fields {
@@ -59,6 +66,12 @@ pub(crate) mod fields {
     pub const BRIDGE_VERSION: &str = "bridgeVersion";
     /// Where to start when there is no token (`start_at`, `offsets reset`, history skip).
     pub const START_AT_OPERATION_TIME: &str = "startAtOperationTime";
+    /// The stream identity's fingerprint ([`super::identity`]).
+    pub const FINGERPRINT: &str = "fingerprint";
+    /// The stream identity itself: `{database, collection, pipeline}`.
+    pub const STREAM: &str = "stream";
+    /// The key format the records were written in: `json` or `bson`.
+    pub const KEY_FORMAT: &str = "keyFormat";
 }
 
 /// An offsets document as read.
@@ -82,6 +95,12 @@ pub struct OffsetsDoc {
     pub events_committed: i64,
     /// Version of its shape; 0 for documents written before versions existed.
     pub schema_version: i64,
+    /// The fingerprint of the stream identity the position belongs to, when recorded.
+    pub fingerprint: Option<String>,
+    /// That identity, `{database, collection, pipeline}`.
+    pub stream: Option<Document>,
+    /// The key format of the records written so far.
+    pub key_format: Option<String>,
 }
 
 fn integer(d: &Document, key: &str) -> Result<Option<i64>, String> {
@@ -128,6 +147,9 @@ impl OffsetsDoc {
             lease_until: d.get_datetime(fields::LEASE_UNTIL).ok().copied(),
             events_committed: integer(d, fields::EVENTS_COMMITTED)?.unwrap_or(0),
             schema_version,
+            fingerprint: d.get_str(fields::FINGERPRINT).ok().map(str::to_owned),
+            stream: d.get_document(fields::STREAM).ok().cloned(),
+            key_format: d.get_str(fields::KEY_FORMAT).ok().map(str::to_owned),
         })
     }
 
@@ -176,7 +198,7 @@ mod tests {
             OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64, "schemaVersion": 99_i64 })
                 .expect_err("newer");
         assert!(error.contains("schemaVersion 99"), "{error}");
-        assert!(error.contains("understands up to 1"), "{error}");
+        assert!(error.contains("understands up to 2"), "{error}");
         let older = OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64 }).expect("older");
         assert_eq!(older.schema_version, 0);
         assert_eq!(older.epoch, Some(3));

@@ -39,7 +39,7 @@ use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::context::KafkaContext;
 use crate::kafka::sink::KafkaSink;
 use crate::metrics::PipelineMetrics;
-use crate::offsets::OffsetsStore;
+use crate::offsets::{OffsetsStore, StreamIdentity};
 
 mod run;
 mod stage;
@@ -73,12 +73,13 @@ pub struct PipelineContext {
 impl PipelineContext {
     fn store(&self) -> OffsetsStore {
         let b = &self.config.bridge;
-        let lease = Duration::from_millis(b.commit_interval_ms.saturating_mul(5).max(5000));
+        let lease = Duration::from_millis(b.lease_ms);
+        let m = &self.config.mongodb;
         OffsetsStore::new(
             &self.client,
-            &self.config.mongodb.offsets_database,
-            &self.config.mongodb.offsets_collection,
+            (&m.offsets_database, &m.offsets_collection),
             &self.pipeline.name,
+            StreamIdentity::of(&self.pipeline),
             &self.owner,
             lease,
         )
@@ -97,12 +98,27 @@ impl PipelineContext {
     /// A new producer for this pipeline, its statistics into the pipeline's series.
     pub fn new_sink(config: &Config, metrics: &PipelineMetrics) -> Result<KafkaSink, BridgeError> {
         let context = KafkaContext::new(metrics.rdkafka_gauges());
-        KafkaSink::new(&config.kafka, context).map_err(|e| BridgeError::Producer(Box::new(e)))
+        KafkaSink::new(&config.kafka, config.message_timeout_ms(), context)
+            .map_err(|e| BridgeError::Producer(Box::new(e)))
     }
 }
 
-/// Runs the pipeline until `cancel` fires (`Ok`) or a failure the policy stops on (`Err`).
-pub async fn run(mut ctx: PipelineContext, cancel: CancellationToken) -> Result<(), BridgeError> {
+/// How a pipeline ended without stopping the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Shutdown: it drained and committed.
+    Stopped,
+    /// Its configured stream differs from the one its position belongs to: it never ran, it is
+    /// not ready, and the other pipelines run on.
+    Refused,
+}
+
+/// Runs the pipeline until `cancel` fires (`Ok(Stopped)`), the configuration is refused
+/// (`Ok(Refused)`), or a failure the policy stops on (`Err`).
+pub async fn run(
+    mut ctx: PipelineContext,
+    cancel: CancellationToken,
+) -> Result<Ended, BridgeError> {
     let store = ctx.store();
     let mut epoch = None;
     let result = match preflight(&ctx, &cancel).await {
@@ -146,14 +162,14 @@ async fn lifecycle(
     store: &OffsetsStore,
     cancel: &CancellationToken,
     epoch: &mut Option<i64>,
-) -> Result<(), BridgeError> {
+) -> Result<Ended, BridgeError> {
     let p = ctx.pipeline.clone();
     let mut attempts = Attempts::new(ctx.config.bridge.persistent_error_attempts);
     let mut backoff_attempt: u32 = 0;
     loop {
         let started = Instant::now();
         let Some(error) = run_owned(ctx, store, cancel, epoch).await else {
-            return Ok(());
+            return Ok(Ended::Stopped);
         };
         if started.elapsed() > HEALTHY_RUN {
             attempts.healthy_run();
@@ -185,6 +201,9 @@ async fn lifecycle(
             stop_log(ctx, &error, attempts.persistent());
             return Err(error);
         }
+        if action == Action::Refuse {
+            return Ok(refuse(ctx, &error));
+        }
         ctx.metrics.restart(error.kind());
         match action {
             Action::StandBy => {
@@ -192,8 +211,10 @@ async fn lifecycle(
                 ctx.metrics.owned.set(0);
                 error!(pipeline = %p.name, error = %ctx.report(&error),
                        "pipeline stopped: fenced; standing by until the new owner's lease lapses");
-                let Some(taken) = standby::wait(store, &ctx.health, cancel).await else {
-                    return Ok(());
+                let taken = match standby::wait(store, &ctx.health, cancel).await {
+                    Ok(Some(taken)) => taken,
+                    Ok(None) => return Ok(Ended::Stopped),
+                    Err(refused) => return Ok(refuse(ctx, &refused)),
                 };
                 info!(pipeline = %p.name, epoch = taken,
                       "the owner's lease lapsed: took the pipeline");
@@ -204,7 +225,7 @@ async fn lifecycle(
                 info!(pipeline = %p.name, "stream invalidated; reopening after the invalidate event");
             }
             // A skip that could not run (no epoch held) waits like any restart.
-            Action::Restart | Action::SkipHistory | Action::Stop => {
+            Action::Restart | Action::SkipHistory | Action::Stop | Action::Refuse => {
                 let delay = backoff(backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
                 backoff_attempt = backoff_attempt.saturating_add(1);
                 warn!(pipeline = %p.name, error = %ctx.report(&error),
@@ -214,11 +235,14 @@ async fn lifecycle(
                     .await
                     .is_none()
                 {
-                    return Ok(());
+                    return Ok(Ended::Stopped);
                 }
             }
         }
         if error.is_producer_failure() {
+            ctx.health
+                .kafka_failing
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             ctx.sink = PipelineContext::new_sink(&ctx.config, &ctx.metrics)?;
         }
     }
@@ -309,6 +333,17 @@ async fn skip(
         epoch,
     };
     skip.run(to, lost).await
+}
+
+/// The pipeline's configured stream differs from its position's: not ready, counted, logged.
+fn refuse(ctx: &PipelineContext, error: &BridgeError) -> Ended {
+    ctx.health.set_refused(
+        "its configured stream differs from the one its position was committed for (see the \
+         log: offsets reset or offsets accept-config)",
+    );
+    ctx.metrics.refused.set(1);
+    error!(pipeline = %ctx.pipeline.name, error = %ctx.report(error), "pipeline refused");
+    Ended::Refused
 }
 
 fn stop_log(ctx: &PipelineContext, error: &BridgeError, persistent: u32) {

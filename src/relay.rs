@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bson::Timestamp;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +76,8 @@ pub struct Limits {
     pub max_events: usize,
     /// Bytes of records enqueued and not delivered.
     pub max_bytes: usize,
+    /// The producer queue's size (bytes): a larger record can never be enqueued.
+    pub queue_bytes: usize,
     /// Bound of the drain at shutdown or after the source stopped.
     pub drain_timeout: Duration,
 }
@@ -273,6 +276,8 @@ impl Relay {
                 position_time,
             } => {
                 self.metrics.source_watermarks.inc();
+                // An empty batch: the stream has been read up to now.
+                self.metrics.source_lag.set(0.0);
                 let position_time = self.monotonic(position_time);
                 let position = Position {
                     token,
@@ -293,6 +298,14 @@ impl Relay {
     /// pipeline.
     fn enqueue(&mut self, mut p: Pending) -> Result<Option<Pending>, BridgeError> {
         while let Some(record) = p.records.pop_front() {
+            if record.size() > self.limits.queue_bytes {
+                // librdkafka would answer QUEUE_FULL for it forever: it is too large.
+                let too_large =
+                    KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+                p.deliveries
+                    .push(Delivery::Refused(too_large, Refused::from_record(record)));
+                continue;
+            }
             match self.sink.enqueue(&record) {
                 Ok(delivery) => {
                     self.topic_metrics(&record.topic).enqueued.inc();
@@ -413,6 +426,9 @@ impl Relay {
         // The window yields in read order and we stop at the first error, so this position ends
         // a contiguous prefix of delivered entries (proof in `window.rs`).
         self.safe.send_replace(Some(done.position));
+        if done.is_event {
+            self.health.kafka_failing.store(false, Ordering::Relaxed);
+        }
         self.publish_gauges();
     }
 

@@ -24,7 +24,7 @@ fn unreachable_sink(properties: &[(&str, i64)]) -> KafkaSink {
         properties,
         topic_creation: Default::default(),
     };
-    KafkaSink::new(&kafka, KafkaContext::default()).expect("producer")
+    KafkaSink::new(&kafka, 120_000, KafkaContext::default()).expect("producer")
 }
 
 fn encoder() -> RecordEncoder {
@@ -51,6 +51,7 @@ fn relay(sink: KafkaSink, drain_timeout: Duration) -> (Relay, watch::Receiver<Op
     let limits = Limits {
         max_events: 100,
         max_bytes: 1 << 20,
+        queue_bytes: 1 << 30,
         drain_timeout,
     };
     let metrics = Metrics::new().pipeline("p");
@@ -146,4 +147,27 @@ async fn the_drain_ends_by_its_deadline_while_an_event_waits_for_room_in_the_que
         "{:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test]
+async fn a_record_larger_than_the_producer_queue_is_refused_as_too_large_not_waited_for() {
+    // GIVEN a queue of 2 KiB, smaller than one record (librdkafka would answer QUEUE_FULL forever)
+    let sink = unreachable_sink(&[]);
+    let (relay, _safe) = relay(sink, Duration::from_secs(1));
+    let mut relay = relay;
+    relay.limits.queue_bytes = 2048;
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(SourceItem::Event {
+        raw: insert(&"k".repeat(3000)),
+        permit: None,
+    })
+    .await
+    .expect("relay listens");
+    // THEN the relay stops with the oversize error at once
+    let cancel = CancellationToken::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), relay.run(rx, cancel)).await;
+    let error = outcome
+        .expect("the relay ends")
+        .expect_err("too large for the queue");
+    assert!(matches!(error, BridgeError::Oversize { .. }), "{error:?}");
 }

@@ -6,6 +6,7 @@ use rdkafka::admin::ResourceSpecifier;
 
 use super::{CHECK_TIMEOUT, CheckLine, Largest, line, warning};
 use crate::config::{Config, PipelineConfig};
+use crate::error::BridgeError;
 use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
 use crate::kafka::context::KafkaContext;
 use crate::kafka::sink::KafkaSink;
@@ -25,7 +26,7 @@ enum AutoCreate {
 }
 
 pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine> {
-    let mut lines = vec![producer_line(config)];
+    let mut lines = vec![producer_line()];
     let admin = match KafkaAdmin::new(&config.kafka) {
         Ok(admin) => admin,
         Err(e) => {
@@ -83,27 +84,27 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
         } else {
             broker_max
         };
-        lines.push(size_line(l, topic_max, producer_max));
+        let queue = config.in_flight_bounds().queue_bytes as u64;
+        lines.push(size_line(l, topic_max, producer_max, queue));
     }
     lines
 }
 
 /// Builds the pipelines' producer as `run` does (then drops it, off the runtime).
-fn producer_line(config: &Config) -> CheckLine {
-    match KafkaSink::new(&config.kafka, KafkaContext::default()) {
-        Ok(_producer) => line(
-            true,
-            "Kafka producer configuration accepted by librdkafka (idempotent, acks=all)",
-        ),
-        Err(e) => line(
-            false,
-            format!(
-                "librdkafka refuses the producer configuration: {}. Remedy: fix \
-                 [kafka.properties]",
-                config.redact(&e.to_string())
-            ),
-        ),
-    }
+///
+/// Errors: the [`BridgeError::Config`] that `run` gives for it.
+pub(super) fn producer_builds(config: &Config) -> Result<(), BridgeError> {
+    let timeout = config.message_timeout_ms();
+    KafkaSink::new(&config.kafka, timeout, KafkaContext::default())
+        .map(drop)
+        .map_err(|e| crate::app::kafka_refused(config, "producer configuration", &e))
+}
+
+fn producer_line() -> CheckLine {
+    line(
+        true,
+        "Kafka producer configuration accepted by librdkafka (idempotent, acks=all)",
+    )
 }
 
 /// The pipeline's target topic: its partitions and `cleanup.policy` when it exists, else who
@@ -179,12 +180,18 @@ async fn topic_line(
     }
 }
 
-fn size_line(l: &Largest, topic_max: Option<u64>, producer_max: u64) -> CheckLine {
+fn size_line(l: &Largest, topic_max: Option<u64>, producer_max: u64, queue: u64) -> CheckLine {
     let estimate = l.bytes * l.copies + RECORD_OVERHEAD;
-    let (limit, which) = match topic_max {
-        Some(t) if t < producer_max => (t, "topic max.message.bytes"),
-        _ => (producer_max, "producer message.max.bytes"),
-    };
+    let limits = [
+        topic_max.map(|t| (t, "topic max.message.bytes")),
+        Some((producer_max, "producer message.max.bytes")),
+        Some((queue, "producer queue.buffering.max.kbytes")),
+    ];
+    let (limit, which) = limits
+        .into_iter()
+        .flatten()
+        .min_by_key(|(limit, _)| *limit)
+        .expect("invariant: the producer's limits are always known");
     let text = format!(
         "pipeline {}: largest document in {} is {} B; a record carries up to {} cop{} of it, about \
          {estimate} B, against {which} {limit} B of topic {:?}",
@@ -227,8 +234,21 @@ mod tests {
 
     #[test]
     fn sizes_compare_against_the_smaller_limit_with_a_remedy() {
-        assert!(size_line(&largest(1000, 2), Some(1_048_588), PRODUCER_DEFAULT_MAX).ok());
-        let too_big = size_line(&largest(600_000, 2), Some(1_048_588), PRODUCER_DEFAULT_MAX);
+        assert!(
+            size_line(
+                &largest(1000, 2),
+                Some(1_048_588),
+                PRODUCER_DEFAULT_MAX,
+                1 << 30
+            )
+            .ok()
+        );
+        let too_big = size_line(
+            &largest(600_000, 2),
+            Some(1_048_588),
+            PRODUCER_DEFAULT_MAX,
+            1 << 30,
+        );
         assert!(!too_big.ok());
         assert!(
             too_big.text.contains("producer message.max.bytes 1000000"),
@@ -236,7 +256,21 @@ mod tests {
             too_big.text
         );
         assert!(too_big.text.contains("Remedy"), "{}", too_big.text);
-        let small_topic = size_line(&largest(60_000, 1), Some(50_000), PRODUCER_DEFAULT_MAX);
+        let small_topic = size_line(
+            &largest(60_000, 1),
+            Some(50_000),
+            PRODUCER_DEFAULT_MAX,
+            1 << 30,
+        );
         assert!(!small_topic.ok() && small_topic.text.contains("topic max.message.bytes 50000"));
+        let small_queue = size_line(&largest(70_000, 1), None, PRODUCER_DEFAULT_MAX, 65_536);
+        assert!(
+            !small_queue.ok()
+                && small_queue
+                    .text
+                    .contains("producer queue.buffering.max.kbytes 65536"),
+            "{}",
+            small_queue.text
+        );
     }
 }

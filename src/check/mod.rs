@@ -104,7 +104,8 @@ pub(crate) struct Largest {
 
 /// Runs every check; the lines in order.
 ///
-/// Errors: only for a URI the driver rejects ([`BridgeError::Config`]).
+/// Errors: [`BridgeError::Config`] for what `run` refuses before taking anything: a URI the
+/// driver rejects, a producer configuration librdkafka refuses (exit 2 in both commands).
 pub async fn run_with(
     config: &Config,
     options: &CheckOptions,
@@ -117,6 +118,8 @@ pub async fn run_with(
             if config.pipelines.len() == 1 { "" } else { "s" }
         ),
     )];
+    kafka::producer_builds(config)?;
+    lines.extend(config.warnings().into_iter().map(warning));
     let (mongo_lines, largest) = mongo::check(config, options).await?;
     lines.extend(mongo_lines);
     lines.extend(kafka::check(config, &largest).await);

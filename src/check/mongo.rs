@@ -77,7 +77,7 @@ pub(super) async fn check(
         if let Some(l) = state::images_line(&client, p).await {
             lines.push(l);
         }
-        lines.push(state::offsets_line(&client, config, p, bounds.as_ref().ok()).await);
+        lines.extend(state::offsets_lines(&client, config, p, bounds.as_ref().ok()).await);
         largest.extend(state::largest_documents(&client, p, &config.kafka.topic_prefix).await);
     }
     client.shutdown().immediate(true).await;

@@ -4,12 +4,13 @@
 use bson::{Bson, DateTime, Document, doc};
 use mongodb::Client;
 
-use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line};
+use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
 use crate::history::OplogBounds;
 use crate::kafka::topics;
-use crate::offsets::OffsetsDoc;
 use crate::offsets::admin::OffsetsAdmin;
+use crate::offsets::identity::describe;
+use crate::offsets::{OffsetsDoc, StreamIdentity};
 
 /// Collections of a database-scoped pipeline whose sizes are checked, at most.
 const MAX_COLLECTIONS: usize = 20;
@@ -85,12 +86,65 @@ pub(super) async fn images_line(client: &Client, p: &PipelineConfig) -> Option<C
     })
 }
 
-pub(super) async fn offsets_line(
+/// The pipeline's offsets document: its position (against the oplog), its owner, and whether
+/// the configured stream and key format are the ones it was committed with.
+pub(super) async fn offsets_lines(
     client: &Client,
     config: &Config,
     p: &PipelineConfig,
     bounds: Option<&OplogBounds>,
-) -> CheckLine {
+) -> Vec<CheckLine> {
+    let (line, parsed) = offsets_line(client, config, p, bounds).await;
+    let mut lines = vec![line];
+    if let Some(parsed) = parsed {
+        lines.extend(identity_lines(p, &parsed));
+    }
+    lines
+}
+
+/// Whether the stored stream identity and key format are the configured ones.
+fn identity_lines(p: &PipelineConfig, stored: &OffsetsDoc) -> Vec<CheckLine> {
+    let configured = StreamIdentity::of(p);
+    let mut lines = Vec::new();
+    if let Some(fingerprint) = &stored.fingerprint
+        && *fingerprint != configured.fingerprint
+    {
+        let recorded = stored
+            .stream
+            .as_ref()
+            .map_or_else(|| format!("fingerprint {fingerprint}"), describe);
+        lines.push(line(
+            false,
+            format!(
+                "pipeline {}: the configured stream {} differs from the one its position was \
+                 committed for, {recorded}: run refuses the pipeline. Remedy: mongo-kafka-bridge \
+                 offsets reset {} --to-now (start the new stream there), or offsets \
+                 accept-config {} (resume the new filter from the old position)",
+                p.name,
+                describe(&configured.stream),
+                p.name,
+                p.name
+            ),
+        ));
+    }
+    if let Some(old) = &stored.key_format
+        && old != configured.key_format
+    {
+        lines.push(warning(format!(
+            "pipeline {}: key_format changes from {old} to {}: every key moves to new bytes (and \
+             possibly another partition), so a compacted topic keeps two records per document",
+            p.name, configured.key_format
+        )));
+    }
+    lines
+}
+
+async fn offsets_line(
+    client: &Client,
+    config: &Config,
+    p: &PipelineConfig,
+    bounds: Option<&OplogBounds>,
+) -> (CheckLine, Option<OffsetsDoc>) {
     let found = tokio::time::timeout(
         CHECK_TIMEOUT,
         OffsetsAdmin::new(client, &config.mongodb).find(&p.name),
@@ -99,32 +153,26 @@ pub(super) async fn offsets_line(
     let d = match found {
         Ok(Ok(Some(d))) => d,
         Ok(Ok(None)) => {
-            return line(
-                true,
-                format!(
-                    "pipeline {}: no offsets yet; starts at {}",
-                    p.name, p.start_at
-                ),
+            let text = format!(
+                "pipeline {}: no offsets yet; starts at {}",
+                p.name, p.start_at
             );
+            return (line(true, text), None);
         }
         _ => {
-            return line(
-                false,
-                format!("pipeline {}: offsets document cannot be read", p.name),
-            );
+            let text = format!("pipeline {}: offsets document cannot be read", p.name);
+            return (line(false, text), None);
         }
     };
     let parsed = match OffsetsDoc::parse(&d) {
         Ok(parsed) => parsed,
         Err(reason) => {
-            return line(
-                false,
-                format!(
-                    "pipeline {}: offsets document is invalid ({reason}). Remedy: \
-                     mongo-kafka-bridge offsets reset {} --delete",
-                    p.name, p.name
-                ),
+            let text = format!(
+                "pipeline {}: offsets document is invalid ({reason}). Remedy: mongo-kafka-bridge \
+                 offsets reset {} --delete",
+                p.name, p.name
             );
+            return (line(false, text), None);
         }
     };
     let position = parsed.position();
@@ -140,16 +188,14 @@ pub(super) async fn offsets_line(
         None => "no live owner".to_owned(),
     };
     let Some((_, at)) = position else {
-        return line(
-            true,
-            format!(
-                "pipeline {}: offsets document without a position; starts at {}; {lease}",
-                p.name, p.start_at
-            ),
+        let text = format!(
+            "pipeline {}: offsets document without a position; starts at {}; {lease}",
+            p.name, p.start_at
         );
+        return (line(true, text), Some(parsed));
     };
     let age = (chrono::Utc::now().timestamp() - i64::from(at.time)).max(0) as u64;
-    match bounds {
+    let position_line = match bounds {
         Some(b) if at < b.oldest => line(
             false,
             format!(
@@ -171,7 +217,8 @@ pub(super) async fn offsets_line(
                 human(age)
             ),
         ),
-    }
+    };
+    (position_line, Some(parsed))
 }
 
 /// The largest document of each collection a pipeline watches (collection or database scope).

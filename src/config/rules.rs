@@ -233,6 +233,17 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
             return Err(err(field, "must be greater than 0"));
         }
     }
+    let min_lease = b.commit_interval_ms.saturating_mul(3).max(1000);
+    if b.lease_ms < min_lease {
+        return Err(err(
+            "bridge.lease_ms",
+            format!(
+                "{} ms leaves too few renewals: use at least {min_lease} (3 × commit_interval_ms, \
+                 1000 at least)",
+                b.lease_ms
+            ),
+        ));
+    }
     if b.liveness_timeout_ms < 2000 {
         return Err(err(
             "bridge.liveness_timeout_ms",
@@ -285,6 +296,10 @@ fn validate_properties(config: &Config) -> Result<(), BridgeError> {
                 Some("must be murmur2_random (the Java clients' key → partition mapping)")
             }
             "transactional.id" => Some("transactions are not supported yet; remove it"),
+            "delivery.report.only.error" if text != "false" => Some(
+                "the bridge commits a position only once Kafka acknowledged every record before \
+                 it, which needs every delivery report: remove this property",
+            ),
             "bootstrap.servers" | "metadata.broker.list" => {
                 Some("set kafka.bootstrap_servers instead")
             }
@@ -443,6 +458,21 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
 /// Settings that are valid but probably not what was meant.
 pub(super) fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
+    let safe = config.message_timeout_ms();
+    if let Some(Ok(timeout)) = config
+        .kafka
+        .properties
+        .get("message.timeout.ms")
+        .map(|v| v.to_string().parse::<u64>())
+        && timeout > safe
+    {
+        out.push(format!(
+            "kafka.properties.\"message.timeout.ms\" = {timeout} is above {safe} (lease_ms − \
+             commit_interval_ms − 1000): an owner paused longer than its lease may, when it \
+             resumes, deliver records it had queued after the new owner's newer ones of the same \
+             documents. Leave it unset to keep per-document order across take-overs"
+        ));
+    }
     for (i, p) in config.pipelines.iter().enumerate() {
         if p.format == Format::Bson && p.json.is_some() {
             out.push(format!(

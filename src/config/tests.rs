@@ -500,6 +500,16 @@ fn bootstrap_servers_cannot_be_a_property() {
 }
 
 #[test]
+fn every_delivery_report_is_needed() {
+    assert_rejected(
+        &with_property("\"delivery.report.only.error\" = true"),
+        "kafka.properties.\"delivery.report.only.error\"",
+        "needs every delivery report",
+    );
+    parse(&with_property("\"delivery.report.only.error\" = false")).expect("the default");
+}
+
+#[test]
 fn gapless_guarantee_must_be_a_boolean() {
     assert_rejected(
         &with_property("\"enable.gapless.guarantee\" = \"yes\""),
@@ -1128,6 +1138,28 @@ fn secret_uri_password_and_redaction() {
             "mongodb://user:p@ss@h:1/",
             Some("p@ss"),
             "mongodb://user:***@h:1/",
+        ),
+        // Unencoded '/' and '?' in a password (base64-like): invalid too, and still hidden.
+        (
+            "mongodb://bridge:Zm9v/YmFy+cXV4@h:1/?directConnection=true",
+            Some("Zm9v/YmFy+cXV4"),
+            "mongodb://bridge:***@h:1/?directConnection=true",
+        ),
+        (
+            "mongodb://bridge:pa?ss99word@h:1/?directConnection=true",
+            Some("pa?ss99word"),
+            "mongodb://bridge:***@h:1/?directConnection=true",
+        ),
+        (
+            "mongodb://u:pa?ss@h:1",
+            Some("pa?ss"),
+            "mongodb://u:***@h:1",
+        ),
+        // An '@' in the query is not the userinfo's.
+        (
+            "mongodb://h:1/?tlsCAFile=/etc/a@b.pem",
+            None,
+            "mongodb://h:1/?tlsCAFile=/etc/a@b.pem",
         ),
         (
             "mongodb+srv://user:hunter2@cluster0.example.net",

@@ -145,16 +145,29 @@ impl SecretUri {
     pub fn expose(&self) -> &str {
         &self.0
     }
-    /// The password in the userinfo part, if any.
+    /// The password in the userinfo part, if any. Found also when it is not percent-encoded
+    /// (the driver then refuses the URI, but it must not show up in that message or the logs):
+    /// the userinfo ends at the last `@` before the query (the last `?`), or, when no `@`
+    /// precedes the last `?` (a `?` inside the password and no query), at the last `@` if
+    /// neither a `/` nor a `?…=` comes before it (then it would be the path or the query, and
+    /// the `@` the query's).
     pub fn password(&self) -> Option<&str> {
         let rest = self.0.split_once("://")?.1;
-        let authority = rest.split(['/', '?']).next()?;
-        let userinfo = authority.rsplit_once('@')?.0;
+        let before_query = rest.rfind('?').map_or(rest, |q| &rest[..q]);
+        let at = before_query.rfind('@').or_else(|| {
+            rest.rfind('@').filter(|&at| {
+                let candidate = &rest[..at];
+                let after_question = candidate.split_once('?').map_or("", |(_, q)| q);
+                !candidate.contains('/') && !after_question.contains('=')
+            })
+        })?;
+        let userinfo = &rest[..at];
         userinfo
             .split_once(':')
             .map(|(_, p)| p)
             .filter(|p| !p.is_empty())
     }
+
     /// Values of query options that carry secrets: any option whose name contains
     /// `password`, `secret` or `token` (e.g. `tlsCertificateKeyFilePassword`, `proxyPassword`),
     /// and `authMechanismProperties` (may hold `AWS_SESSION_TOKEN`).

@@ -26,6 +26,9 @@ pub enum Action {
     SkipHistory,
     /// Another instance owns the pipeline: stand by until its lease lapses.
     StandBy,
+    /// The configured stream differs from the one the position belongs to: this pipeline
+    /// stops, not ready, and the others run on.
+    Refuse,
     /// Stop the pipeline; the process exits non-zero once the other pipelines drained.
     Stop,
 }
@@ -65,6 +68,7 @@ pub fn decide(
 ) -> Action {
     match error {
         BridgeError::Fenced { .. } => return Action::StandBy,
+        BridgeError::ConfigChanged { .. } => return Action::Refuse,
         BridgeError::StreamClosed { .. } => return Action::Reopen,
         BridgeError::HistoryLost { .. } if on_history_lost == OnHistoryLost::Skip => {
             return Action::SkipHistory;

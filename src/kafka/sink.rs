@@ -39,14 +39,19 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Creates the producer, publishing librdkafka statistics through `context` every
+    /// Creates the producer (`message.timeout.ms` defaulting to `message_timeout_ms`), publishing
+    /// librdkafka statistics through `context` every
     /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
     ///
     /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
     /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
     /// errors, after `message.timeout.ms`.
-    pub fn new(kafka: &KafkaConfig, context: KafkaContext) -> Result<Self, KafkaError> {
-        let mut config = super::producer_config(kafka);
+    pub fn new(
+        kafka: &KafkaConfig,
+        message_timeout_ms: u64,
+        context: KafkaContext,
+    ) -> Result<Self, KafkaError> {
+        let mut config = super::producer_config(kafka, message_timeout_ms);
         if !kafka.properties.contains_key("statistics.interval.ms") {
             config.set(
                 "statistics.interval.ms",

@@ -36,6 +36,8 @@ pub struct PipelineMetrics {
     pub stream_open: IntGauge,
     /// 1 while this instance owns the pipeline.
     pub owned: IntGauge,
+    /// 1 when the pipeline was refused (its stream changed).
+    pub refused: IntGauge,
     /// `source_events` of the document operations, resolved on first use.
     pub(super) events_read: OpCounters,
 }

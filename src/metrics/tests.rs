@@ -32,6 +32,7 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     p.rdkafka_gauges();
     p.ambiguous("bson");
     p.owned.set(1);
+    p.refused.set(0);
     metrics.set_history(Some((40.0, 200.0)));
     // WHEN rendered
     let text = metrics.render();

@@ -4,13 +4,15 @@
 //! Invariants: every write filters on the epoch read before it (a concurrent take-over makes it
 //! match nothing instead of racing), increments the epoch (a running owner is fenced on its next
 //! write instead of overwriting the reset), ends the lease, and uses write concern `majority`.
+//! A reset removes the stream identity (the next start records the configured one); accepting a
+//! configuration records it and keeps the position.
 
 use bson::{DateTime, Document, Timestamp, doc};
 use mongodb::error::Error as MongoError;
 use mongodb::options::WriteConcern;
 use mongodb::{Client, Collection};
 
-use super::{SCHEMA_VERSION, fields, moved_to};
+use super::{SCHEMA_VERSION, StreamIdentity, fields, moved_to};
 use crate::config::MongoConfig;
 use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
 
@@ -45,14 +47,42 @@ impl OffsetsAdmin {
             .await
     }
 
-    /// Deletes the document of `name` if its epoch is still `epoch`; whether it was deleted.
-    pub async fn delete(&self, name: &str, epoch: Option<i64>) -> Result<bool, MongoError> {
+    /// Forgets the position of `name` if its epoch is still `epoch`: removes every field but
+    /// the epoch, which is incremented (the next start follows the pipeline's `start_at`).
+    /// The document itself stays so that epochs are never reused: an instance still holding
+    /// an old epoch (a paused process) is fenced on its next write, as after any reset, instead
+    /// of matching a re-created document that starts again at epoch 1. Whether it applied.
+    pub async fn forget(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let Some(epoch) = epoch else {
+            // Not even an epoch: nothing anyone could still hold.
+            let result = self
+                .collection
+                .delete_one(doc! { fields::ID: name, fields::EPOCH: { "$exists": false } })
+                .write_concern(WriteConcern::majority())
+                .await?;
+            return Ok(result.deleted_count == 1);
+        };
+        let kept = doc! {
+            fields::ID: name,
+            fields::EPOCH: epoch + 1,
+            fields::EVENTS_COMMITTED: 0_i64,
+            fields::LEASE_UNTIL: DateTime::now(),
+            fields::OWNER: owner,
+            fields::UPDATED_AT: DateTime::now(),
+            fields::SCHEMA_VERSION: SCHEMA_VERSION,
+            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        };
         let result = self
             .collection
-            .delete_one(doc! { fields::ID: name, fields::EPOCH: epoch })
+            .replace_one(doc! { fields::ID: name, fields::EPOCH: epoch }, kept)
             .write_concern(WriteConcern::majority())
             .await?;
-        Ok(result.deleted_count == 1)
+        Ok(result.matched_count == 1)
     }
 
     /// Moves `name` to cluster time `at` without a token ([`moved_to`]), increments the epoch
@@ -65,9 +95,11 @@ impl OffsetsAdmin {
         at: Timestamp,
         owner: &str,
     ) -> Result<bool, MongoError> {
-        let (mut set, unset) = moved_to(at);
+        let (mut set, mut unset) = moved_to(at);
         set.insert(fields::LEASE_UNTIL, DateTime::now());
         set.insert(fields::OWNER, owner);
+        unset.insert(fields::FINGERPRINT, "");
+        unset.insert(fields::STREAM, "");
         let majority = WriteConcern::majority();
         let Some(epoch) = epoch else {
             let mut new = set;
@@ -91,6 +123,34 @@ impl OffsetsAdmin {
             .collection
             .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
             .write_concern(majority)
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
+    /// Records `identity` as the stream `name`'s position belongs to, keeping the position,
+    /// incrementing the epoch (read as `epoch`) and ending the lease, with `owner` as the
+    /// writer. Whether the write applied (`false`: the document changed in between).
+    pub async fn accept_config(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        identity: &StreamIdentity,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let set = doc! {
+            fields::FINGERPRINT: &identity.fingerprint,
+            fields::STREAM: identity.stream.clone(),
+            fields::KEY_FORMAT: identity.key_format,
+            fields::LEASE_UNTIL: DateTime::now(),
+            fields::OWNER: owner,
+            fields::SCHEMA_VERSION: SCHEMA_VERSION,
+            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        };
+        let update = doc! { "$set": set, "$inc": { fields::EPOCH: 1_i64 } };
+        let result = self
+            .collection
+            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .write_concern(WriteConcern::majority())
             .await?;
         Ok(result.matched_count == 1)
     }

@@ -1,10 +1,12 @@
 //! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
-//! --delete) [--force]`: what an operator would otherwise do by hand in mongosh on the offsets
-//! collection. Reads and writes go through [`super::admin`].
+//! --delete) [--force] | accept-config NAME [--force]`: what an operator would otherwise do by
+//! hand in mongosh on the offsets collection. Reads and writes go through [`super::admin`].
 //!
 //! Invariants:
-//! - A reset refuses while a live instance holds the pipeline (`leaseUntil` in the future)
-//!   unless `--force`, and prints the document before and after.
+//! - A reset or an accept-config refuses while a live instance holds the pipeline
+//!   (`leaseUntil` in the future) unless `--force`, and prints the document before and after.
+//! - `accept-config` records the configured stream identity and keeps the position: it is the
+//!   explicit way to resume a changed filter from the old position.
 //! - `--to-now` / `--to-timestamp` store a start position without a token
 //!   (`startAtOperationTime`, what the core reads when there is no `resumeToken`) and increment
 //!   `epoch`, so an instance that still runs is fenced on its next write instead of overwriting
@@ -16,9 +18,9 @@ use std::io::Write;
 
 use bson::{DateTime, Document, Timestamp};
 
-use super::OffsetsDoc;
 use super::admin::OffsetsAdmin;
 use super::format::{age, id_text, print_doc, rfc3339};
+use super::{OffsetsDoc, StreamIdentity};
 use crate::check::CHECK_TIMEOUT;
 use crate::config::Config;
 use crate::error::BridgeError;
@@ -31,7 +33,8 @@ pub enum ResetTo {
     Now,
     /// A given cluster time.
     Timestamp(Timestamp),
-    /// Remove the document: the next start follows the pipeline's `start_at`.
+    /// Remove the position and everything recorded with it, keeping only the (incremented)
+    /// epoch: the next start follows the pipeline's `start_at`.
     Delete,
 }
 
@@ -44,6 +47,14 @@ pub enum OffsetsCommand {
     Show {
         /// Pipeline name (`_id`).
         name: String,
+    },
+    /// Record the configured stream (scope and stages) as the one the position belongs to,
+    /// keeping the position: the changed filter resumes from it.
+    AcceptConfig {
+        /// Pipeline name (`_id`).
+        name: String,
+        /// Proceed even though a live instance holds the pipeline (it will be fenced).
+        force: bool,
     },
     /// Move or delete one pipeline's position.
     Reset {
@@ -136,6 +147,9 @@ impl Command<'_> {
                 }
             },
             OffsetsCommand::Reset { name, to, force } => self.reset(name, *to, *force, out).await,
+            OffsetsCommand::AcceptConfig { name, force } => {
+                self.accept_config(name, *force, out).await
+            }
         }
     }
 
@@ -203,13 +217,17 @@ impl Command<'_> {
         Ok(true)
     }
 
-    async fn reset(
+    /// Prints the document before a change and checks that the change may proceed: the
+    /// document is readable (a `--delete` may remove an unreadable one) and no live instance
+    /// holds the pipeline, unless `force`. The document and its parsed form, or `None` when
+    /// refused (the reason printed).
+    async fn before_change(
         &self,
         name: &str,
-        to: ResetTo,
         force: bool,
+        deleting: bool,
         out: &mut impl Write,
-    ) -> Result<bool, BridgeError> {
+    ) -> Result<Option<(Option<Document>, Option<OffsetsDoc>)>, BridgeError> {
         let before = self.find(name).await?;
         let _ = writeln!(out, "before:");
         match &before {
@@ -220,13 +238,13 @@ impl Command<'_> {
         }
         let parsed = match before.as_ref().map(OffsetsDoc::parse).transpose() {
             Ok(parsed) => parsed,
-            Err(_) if to == ResetTo::Delete => None,
+            Err(_) if deleting => None,
             Err(reason) => {
                 let _ = writeln!(
                     out,
                     "refused: this version cannot read the document ({reason}); --delete removes it"
                 );
-                return Ok(false);
+                return Ok(None);
             }
         };
         if let Some((owner, until)) = parsed.as_ref().and_then(|p| p.live_owner(DateTime::now())) {
@@ -234,17 +252,66 @@ impl Command<'_> {
                 let _ = writeln!(
                     out,
                     "refused: instance {owner} holds pipeline {name:?} (lease until {}). Stop it \
-                     first, wait for the lease to expire, or pass --force (it will then be \
-                     fenced and stop).",
+                     first, wait for the lease to expire, or pass --force (it is then fenced, and the \
+                     pipeline restarts from the new position).",
                     rfc3339(until.timestamp_millis() / 1000)
                 );
-                return Ok(false);
+                return Ok(None);
             }
             let _ = writeln!(
                 out,
                 "--force: instance {owner} holds the pipeline and will be fenced"
             );
         }
+        Ok(Some((before, parsed)))
+    }
+
+    /// Prints the document after a change that `done` (else that it changed meanwhile).
+    async fn after_change(
+        &self,
+        name: &str,
+        done: bool,
+        out: &mut impl Write,
+    ) -> Result<bool, BridgeError> {
+        if !done {
+            let _ = writeln!(
+                out,
+                "failed: the document changed meanwhile (another instance took the pipeline); \
+                 run the command again"
+            );
+            return Ok(false);
+        }
+        let _ = writeln!(out, "after:");
+        match self.find(name).await?.as_ref() {
+            Some(d) => {
+                print_doc(out, d);
+                if OffsetsDoc::parse(d).is_ok_and(|p| p.position().is_none()) {
+                    let _ = writeln!(out, "  (no position: the next start follows `start_at`)");
+                }
+            }
+            None => {
+                let _ = writeln!(out, "  (no document: the next start follows `start_at`)");
+            }
+        }
+        Ok(true)
+    }
+
+    /// The owner string an operator's write records.
+    fn operator(what: &str) -> String {
+        format!("{what} ({}:{})", crate::app::hostname(), std::process::id())
+    }
+
+    async fn reset(
+        &self,
+        name: &str,
+        to: ResetTo,
+        force: bool,
+        out: &mut impl Write,
+    ) -> Result<bool, BridgeError> {
+        let deleting = to == ResetTo::Delete;
+        let Some((before, parsed)) = self.before_change(name, force, deleting, out).await? else {
+            return Ok(false);
+        };
         let epoch = parsed.as_ref().and_then(|p| p.epoch);
         let done = match (to, &before) {
             (ResetTo::Delete, None) => {
@@ -252,10 +319,10 @@ impl Command<'_> {
                 return Ok(false);
             }
             (ResetTo::Delete, Some(d)) => {
-                // An invalid document's epoch is taken as stored, so it can still be deleted.
+                // An invalid document's epoch is taken as stored, so it can still be reset.
                 let epoch = epoch.or_else(|| d.get_i64("epoch").ok());
                 self.offsets
-                    .delete(name, epoch)
+                    .forget(name, epoch, &Self::operator("offsets reset --delete"))
                     .await
                     .map_err(|e| failed(name, e))?
             }
@@ -264,33 +331,52 @@ impl Command<'_> {
                     ResetTo::Timestamp(ts) => ts,
                     _ => self.cluster_time(name).await?,
                 };
-                let owner = format!(
-                    "offsets reset ({}:{})",
-                    crate::app::hostname(),
-                    std::process::id()
-                );
                 self.offsets
-                    .move_to(name, epoch, at, &owner)
+                    .move_to(name, epoch, at, &Self::operator("offsets reset"))
                     .await
                     .map_err(|e| failed(name, e))?
             }
         };
-        if !done {
+        self.after_change(name, done, out).await
+    }
+
+    /// Records the configured stream identity of `name`, keeping its position.
+    async fn accept_config(
+        &self,
+        name: &str,
+        force: bool,
+        out: &mut impl Write,
+    ) -> Result<bool, BridgeError> {
+        let Some(p) = self.config.pipelines.iter().find(|p| p.name == name) else {
+            let _ = writeln!(out, "pipeline {name:?} is not in the configuration");
+            return Ok(false);
+        };
+        let Some((_, parsed)) = self.before_change(name, force, false, out).await? else {
+            return Ok(false);
+        };
+        let Some(parsed) = parsed else {
+            let _ = writeln!(out, "{}", self.missing(name));
+            return Ok(false);
+        };
+        let identity = StreamIdentity::of(p);
+        if parsed.fingerprint.as_deref() == Some(identity.fingerprint.as_str()) {
             let _ = writeln!(
                 out,
-                "failed: the document changed while resetting (another instance took the \
-                 pipeline); run the command again"
+                "nothing to accept: the document records this configuration"
             );
-            return Ok(false);
+            return Ok(true);
         }
-        let _ = writeln!(out, "after:");
-        match self.find(name).await? {
-            Some(d) => print_doc(out, &d),
-            None => {
-                let _ = writeln!(out, "  (no document: the next start follows `start_at`)");
-            }
-        }
-        Ok(true)
+        let done = self
+            .offsets
+            .accept_config(
+                name,
+                parsed.epoch,
+                &identity,
+                &Self::operator("offsets accept-config"),
+            )
+            .await
+            .map_err(|e| failed(name, e))?;
+        self.after_change(name, done, out).await
     }
 
     /// The deployment's cluster time. Errors when the server reports none (a standalone

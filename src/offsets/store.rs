@@ -7,6 +7,10 @@
 //!   nothing means another instance took the pipeline: [`BridgeError::Fenced`].
 //! - A standby takes a pipeline only through [`OffsetsStore::take_lapsed`]: one compare-and-set
 //!   on the epoch it read *and* a lapsed lease, so of several standbys exactly one wins.
+//! - Every take-over is conditional on the stream identity recorded (or its absence): an
+//!   instance configured with another identity is refused ([`BridgeError::ConfigChanged`])
+//!   before the epoch moves. A document without one (written by an older version, or reset)
+//!   is adopted: the take records the configured identity.
 //! - Never regresses: only positions from the relay's ordered window are written, by one task,
 //!   in the order they were published (see `window.rs`), and a fenced writer writes nothing.
 //! - `leaseUntil` is refreshed every commit interval even when the position did not move, so
@@ -21,6 +25,7 @@ use bson::{DateTime, Document, Timestamp, doc};
 use mongodb::options::{ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
+use super::identity::{StreamIdentity, describe};
 use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to};
 use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
 use crate::event::Position;
@@ -34,6 +39,7 @@ pub struct OffsetsStore {
     collection: Collection<Document>,
     pipeline: String,
     owner: String,
+    identity: Arc<StreamIdentity>,
     lease: Duration,
     lease_valid_until: Arc<AtomicI64>,
 }
@@ -43,12 +49,13 @@ fn majority() -> WriteConcern {
 }
 
 impl OffsetsStore {
-    /// A store for `pipeline`, owned by instance `owner`, with leases of `lease`.
+    /// A store for `pipeline` of stream `identity`, owned by instance `owner`, with leases of
+    /// `lease`.
     pub fn new(
         client: &Client,
-        database: &str,
-        collection: &str,
+        (database, collection): (&str, &str),
         pipeline: &str,
+        identity: StreamIdentity,
         owner: &str,
         lease: Duration,
     ) -> Self {
@@ -57,8 +64,31 @@ impl OffsetsStore {
             collection,
             pipeline: pipeline.to_owned(),
             owner: owner.to_owned(),
+            identity: Arc::new(identity),
             lease,
             lease_valid_until: Arc::default(),
+        }
+    }
+
+    /// The configured stream identity.
+    pub fn identity(&self) -> &StreamIdentity {
+        &self.identity
+    }
+
+    /// The condition a take-over puts on the stored identity, after checking `current` against
+    /// the configured one. Errors: [`BridgeError::ConfigChanged`] when they differ.
+    fn identity_filter(&self, current: Option<&OffsetsDoc>) -> Result<Document, BridgeError> {
+        match current.and_then(|c| c.fingerprint.as_deref()) {
+            Some(stored) if stored != self.identity.fingerprint => {
+                let stored_stream = current.and_then(|c| c.stream.as_ref());
+                Err(BridgeError::ConfigChanged {
+                    pipeline: self.pipeline.clone(),
+                    stored: stored_stream.map_or_else(|| format!("fingerprint {stored}"), describe),
+                    configured: describe(&self.identity.stream),
+                })
+            }
+            Some(stored) => Ok(doc! { fields::FINGERPRINT: stored }),
+            None => Ok(doc! { fields::FINGERPRINT: { "$exists": false } }),
         }
     }
 
@@ -97,13 +127,17 @@ impl OffsetsStore {
         OffsetsDoc::parse(found).map_err(|reason| self.invalid(reason))
     }
 
-    /// The update of a take-over: the next epoch, our owner string and a fresh lease.
+    /// The update of a take-over: the next epoch, our owner string, a fresh lease and the
+    /// configured stream identity.
     fn take_update(&self) -> Document {
+        let id = &*self.identity;
         doc! {
             "$inc": { fields::EPOCH: 1_i64 },
             "$set": { fields::OWNER: &self.owner, fields::LEASE_UNTIL: self.lease_until(),
                       fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
-                      fields::SCHEMA_VERSION: SCHEMA_VERSION },
+                      fields::SCHEMA_VERSION: SCHEMA_VERSION,
+                      fields::FINGERPRINT: &id.fingerprint, fields::STREAM: id.stream.clone(),
+                      fields::KEY_FORMAT: id.key_format },
         }
     }
 
@@ -145,11 +179,13 @@ impl OffsetsStore {
                 Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => continue,
                 Err(e) => return Err(self.error(e)),
             };
-            let filter = match current.epoch {
+            let mut filter = match current.epoch {
                 Some(epoch) => doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch },
                 None => doc! { fields::ID: &self.pipeline, fields::EPOCH: { "$exists": false } },
             };
+            filter.extend(self.identity_filter(Some(&current))?);
             if let Some(taken) = self.take_where(filter, false).await? {
+                self.log_identity_changes(&current);
                 return Ok(taken);
             }
             // Another instance changed the epoch in between: read again.
@@ -161,10 +197,32 @@ impl OffsetsStore {
         ))
     }
 
+    /// What a take-over changed beside ownership: a document without a stream identity adopted,
+    /// a changed `key_format` (every key moves to new bytes, and compacted topics keep two
+    /// records per document).
+    fn log_identity_changes(&self, before: &OffsetsDoc) {
+        let pipeline = &self.pipeline;
+        if before.fingerprint.is_none() && before.position().is_some() {
+            tracing::info!(%pipeline, stream = %describe(&self.identity.stream),
+                "the offsets document had no stream identity (an older version or a reset \
+                 wrote it): recorded the configured one");
+        }
+        if let Some(old) = before.key_format.as_deref()
+            && old != self.identity.key_format
+        {
+            tracing::warn!(%pipeline, from = old, to = self.identity.key_format,
+                "key_format changed: every key moves to new bytes (and possibly another \
+                 partition), so a compacted topic keeps two records per document until the old \
+                 ones are deleted");
+        }
+    }
+
     /// Takes the pipeline only if its epoch is still the one of `seen` (the document a standby
     /// read; `None`: there was none) and its lease has lapsed (or it has none): one
     /// compare-and-set, so of several standbys exactly one wins. `Ok(None)` when another
     /// instance was first, or the owner renewed in between.
+    ///
+    /// Errors: [`BridgeError::ConfigChanged`] when `seen` records another stream identity.
     pub async fn take_lapsed(
         &self,
         seen: Option<&OffsetsDoc>,
@@ -173,7 +231,7 @@ impl OffsetsStore {
             Some(epoch) => bson::Bson::Int64(epoch),
             None => bson::bson!({ "$exists": false }),
         };
-        let filter = doc! {
+        let mut filter = doc! {
             fields::ID: &self.pipeline,
             fields::EPOCH: epoch,
             "$or": [
@@ -181,6 +239,7 @@ impl OffsetsStore {
                 { fields::LEASE_UNTIL: { "$exists": false } },
             ],
         };
+        filter.extend(self.identity_filter(seen)?);
         // A deleted document (`offsets reset --delete`) is created by the winner; a concurrent
         // insert of another standby meets DuplicateKey and loses.
         let upsert = seen.is_none();

@@ -134,6 +134,7 @@ async fn stages(
     let limits = Limits {
         max_events: bounds.events,
         max_bytes: bounds.bytes,
+        queue_bytes: bounds.queue_bytes,
         drain_timeout: Duration::from_millis(b.shutdown_timeout_ms),
     };
     let encoder = RecordEncoder::new(p, &ctx.config.kafka.topic_prefix);
@@ -260,6 +261,9 @@ async fn topic_creator(ctx: &PipelineContext) -> Result<Option<TopicCreator>, Br
     let prefix = &ctx.config.kafka.topic_prefix;
     let settings = &ctx.config.kafka.topic_creation;
     let listed = ctx.admin.metadata(ADMIN_TIMEOUT).await.ok();
+    if listed.is_some() {
+        ctx.health.kafka_failing.store(false, Ordering::Relaxed);
+    }
     let existing: Vec<String> = listed
         .iter()
         .flat_map(|c| c.topics.iter().map(|t| t.name.clone()))

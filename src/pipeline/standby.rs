@@ -14,32 +14,46 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::cancellable;
-use crate::error::report;
+use crate::error::{BridgeError, report};
 use crate::health::PipelineHealth;
 use crate::offsets::OffsetsStore;
 
 /// How often a standby reads the offsets document.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// What one look found.
+enum Look {
+    /// Keep standing by.
+    Wait,
+    /// This instance took the pipeline: its epoch.
+    Taken(i64),
+    /// The pipeline's position belongs to another stream identity.
+    Refused(BridgeError),
+}
+
 /// Stands by until this instance took the pipeline over; the new epoch, or `None` when
 /// `cancel` fires first. Read errors just wait for the next look.
+///
+/// Errors: [`BridgeError::ConfigChanged`] when the position (of a new owner that ran another
+/// configuration) belongs to another stream identity: this instance never takes it.
 pub(super) async fn wait(
     store: &OffsetsStore,
     health: &PipelineHealth,
     cancel: &CancellationToken,
-) -> Option<i64> {
+) -> Result<Option<i64>, BridgeError> {
     let taken = loop {
         health.beat();
         match cancellable(cancel, look(store, health)).await {
-            None => break None,
-            Some(Some(epoch)) => break Some(epoch),
-            Some(None) => {}
+            None => break Ok(None),
+            Some(Look::Taken(epoch)) => break Ok(Some(epoch)),
+            Some(Look::Refused(error)) => break Err(error),
+            Some(Look::Wait) => {}
         }
         if cancellable(cancel, tokio::time::sleep(LOOK_EVERY))
             .await
             .is_none()
         {
-            break None;
+            break Ok(None);
         }
     };
     health.clear_standby();
@@ -47,27 +61,27 @@ pub(super) async fn wait(
     taken
 }
 
-/// One look: records the live owner, or tries to take a lapsed pipeline. The new epoch when
-/// this instance won.
-async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Option<i64> {
+/// One look: records the live owner, or tries to take a lapsed pipeline.
+async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Look {
     let doc = match store.read().await {
         Ok(doc) => doc,
         Err(e) => {
             debug!(error = %report(&e, &[]), "standby: offsets not readable; looking again");
-            return None;
+            return Look::Wait;
         }
     };
     if let Some((owner, until)) = doc.as_ref().and_then(|d| d.live_owner(DateTime::now())) {
         health.set_standby(owner, until.timestamp_millis());
-        return None;
+        return Look::Wait;
     }
     match store.take_lapsed(doc.as_ref()).await {
-        Ok(Some(taken)) => taken.epoch,
+        Ok(Some(taken)) => taken.epoch.map_or(Look::Wait, Look::Taken),
         // Another standby was first, or the owner renewed in between: keep standing by.
-        Ok(None) => None,
+        Ok(None) => Look::Wait,
+        Err(e @ BridgeError::ConfigChanged { .. }) => Look::Refused(e),
         Err(e) => {
             debug!(error = %report(&e, &[]), "standby: take-over failed; looking again");
-            None
+            Look::Wait
         }
     }
 }

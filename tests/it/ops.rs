@@ -136,10 +136,23 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
     );
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("(no document: the next start follows `start_at`)"),
+        out.contains("(no position: the next start follows `start_at`)"),
         "{out}"
     );
-    assert!(offsets_doc(&client, &db, "orders").await.is_none());
+    // THEN only the epoch is left, one higher (epochs are never reused after a delete)
+    let forgotten = offsets_doc(&client, &db, "orders").await.unwrap();
+    assert_eq!(
+        forgotten.get_i64("epoch").unwrap(),
+        moved.get_i64("epoch").unwrap() + 1
+    );
+    for field in [
+        "resumeToken",
+        "startAtOperationTime",
+        "clusterTime",
+        "fingerprint",
+    ] {
+        assert!(!forgotten.contains_key(field), "{field}: {forgotten}");
+    }
     let (code, out) = cli(&["offsets", "reset", "orders"], file.path());
     assert_eq!(code, Some(2), "a reset needs a target: {out}");
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bson::{DateTime, Document, doc};
 use mongo_kafka_bridge::BridgeError;
-use mongo_kafka_bridge::offsets::{OffsetsDoc, OffsetsStore};
+use mongo_kafka_bridge::offsets::{OffsetsDoc, OffsetsStore, StreamIdentity};
 
 use crate::opsutil::get;
 use crate::support::*;
@@ -115,11 +115,16 @@ async fn of_two_standbys_exactly_one_takes_a_lapsed_pipeline() {
     let db = unique("cas");
     let offsets_db = format!("{db}_offsets");
     let store = |owner: &str| {
+        let identity = StreamIdentity::of(&mongo_kafka_bridge::config::PipelineConfig {
+            ..config(&config_toml("p", &db, Some("t"), ""))
+                .pipelines
+                .remove(0)
+        });
         OffsetsStore::new(
             &client,
-            &offsets_db,
-            "offsets",
+            (&offsets_db, "offsets"),
             "p",
+            identity,
             owner,
             Duration::from_secs(5),
         )
@@ -160,12 +165,14 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
     let db = unique("die");
     let topic = format!("{db}.t");
     create_topic(&topic, 1).await;
-    let file = config_file(&config_toml("die", &db, Some("t"), ""));
+    let text =
+        config_toml("die", &db, Some("t"), "").replace("[bridge]\n", "[bridge]\nlease_ms = 6000\n");
+    let file = config_file(&text);
     let client = mongo().await;
     let coll = client.database(&db).collection::<Document>("t");
     let mut instances = Vec::new();
     for epoch in 1..=3 {
-        instances.push(spawn_binary(file.path()));
+        instances.push(Killed(spawn_binary(file.path())));
         wait_offsets(&client, &db, "die", WAIT, |d| {
             d.get_i64("epoch") == Ok(epoch) && d.contains_key("resumeToken")
         })
@@ -181,8 +188,7 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
     .await;
     // WHEN the owner is killed with SIGKILL under a steady load
     let mut owner = instances.pop().unwrap();
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    owner.kill();
     let killed = Instant::now();
     let mut id = 0_i64;
     let mut epochs = Vec::new();
@@ -208,33 +214,40 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
             "document {i} written after the kill"
         );
     }
-    for mut standby in instances {
-        standby.kill().unwrap();
-        standby.wait().unwrap();
-    }
+    drop(instances);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_librdkafka_property_typo_is_a_config_error_in_check_and_run_and_takes_nothing() {
-    // GIVEN a configuration whose [kafka.properties] misspells compression.type
-    let db = unique("typo");
-    let text = config_toml("typo", &db, Some("t"), "").replace(
-        "[kafka.properties]\n",
-        "[kafka.properties]\n\"compresion.type\" = \"lz4\"\n",
-    );
-    let file = config_file(&text);
-    for command in ["check", "run"] {
-        // WHEN check or run starts with it
-        let (code, _stdout, stderr) = bridge_cli(&[command], file.path());
-        // THEN it exits 2 naming the property
-        assert_eq!(code, Some(2), "{command}: {stderr}");
-        assert!(
-            stderr.contains("kafka.properties") && stderr.contains("compresion.type"),
-            "{command}: {stderr}"
+    // GIVEN a misspelled property (refused when set), and one that contradicts idempotence
+    // (refused only when the producer is built)
+    for (property, named) in [
+        ("\"compresion.type\" = \"lz4\"", "compresion.type"),
+        ("\"retries\" = 0", "producer configuration"),
+    ] {
+        let db = unique("typo");
+        let text = config_toml("typo", &db, Some("t"), "").replace(
+            "[kafka.properties]\n",
+            &format!("[kafka.properties]\n{property}\n"),
+        );
+        let file = config_file(&text);
+        for command in ["check", "run"] {
+            // WHEN check or run starts with it
+            let (code, _stdout, stderr) = bridge_cli(&[command], file.path());
+            // THEN it exits 2 naming the problem
+            assert_eq!(code, Some(2), "{command} {property}: {stderr}");
+            assert!(
+                stderr.contains("kafka.properties") && stderr.contains(named),
+                "{command} {property}: {stderr}"
+            );
+        }
+        // AND nothing was taken
+        assert_eq!(
+            offsets_doc(&mongo().await, &db, "typo").await,
+            None,
+            "{property}"
         );
     }
-    // AND nothing was taken
-    assert_eq!(offsets_doc(&mongo().await, &db, "typo").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -465,4 +478,68 @@ async fn a_restart_logs_where_it_resumes() {
         .find("resuming after the committed resume token")
         .expect(&log);
     assert!(first < resumed, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_endpoint_answers_draining_until_the_drain_ends() {
+    // GIVEN a bridge whose records cannot be delivered (no broker), with events in flight
+    let db = unique("drain");
+    let text = config_toml("drain", &db, Some("t"), "")
+        .replace(&kafka_bootstrap(), "127.0.0.1:1")
+        .replace("shutdown_timeout_ms = 10000", "shutdown_timeout_ms = 4000");
+    let client = mongo().await;
+    let bridge = start_bridge(&text).await;
+    wait_offsets(&client, &db, "drain", WAIT, |d| {
+        d.contains_key("resumeToken")
+    })
+    .await;
+    let coll = client.database(&db).collection::<Document>("t");
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // WHEN shutdown begins
+    let addr = bridge.metrics_addr();
+    bridge.shutdown();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // THEN during the drain /readyz says so and /healthz still answers
+    let (code, body) = get(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("draining: shutdown in progress"), "{body}");
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    bridge.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_offsets_reset_delete_an_old_owner_is_still_fenced() {
+    // GIVEN an owner holding the pipeline, and a reset --delete while it is paused
+    let db = unique("forget");
+    let client = mongo().await;
+    let text = config_toml("forget", &db, Some("t"), "");
+    let identity = StreamIdentity::of(&config(&text).pipelines[0]);
+    let store = |owner: &str| {
+        OffsetsStore::new(
+            &client,
+            (&format!("{db}_offsets"), "offsets"),
+            "forget",
+            identity.clone(),
+            owner,
+            Duration::from_secs(5),
+        )
+    };
+    let (old, new) = (store("old"), store("new"));
+    let held = old.take().await.unwrap().epoch.unwrap();
+    let file = config_file(&text);
+    let (code, _, stderr) = bridge_cli(
+        &["offsets", "reset", "forget", "--delete", "--force"],
+        file.path(),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // WHEN another instance takes the pipeline anew
+    let taken = new.take().await.unwrap().epoch.unwrap();
+    // THEN the epoch never went back, and the old owner's next write is refused
+    assert_eq!(taken, held + 2);
+    let renewed = old.renew(held).await;
+    assert!(
+        matches!(renewed, Err(BridgeError::Fenced { .. })),
+        "{renewed:?}"
+    );
 }

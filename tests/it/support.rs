@@ -102,7 +102,6 @@ offsets_database = "{offsets_db}"
 bootstrap_servers = "{kafka}"
 [kafka.properties]
 "linger.ms" = 5
-"message.timeout.ms" = 30000
 
 [bridge]
 commit_interval_ms = 200
@@ -326,6 +325,24 @@ pub fn spawn_binary(config: &std::path::Path) -> Child {
         .stderr(log)
         .spawn()
         .expect("spawn the bridge binary")
+}
+
+/// A child process killed (SIGKILL) when dropped, also when the test fails before it could
+/// stop it: a bridge left running would load the shared servers for every later test.
+pub struct Killed(pub Child);
+
+impl Killed {
+    /// Kills the process now and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Whether the servers are ours to stop and restart (scripts/test started them).
