@@ -215,7 +215,15 @@ impl Relay {
                 }
                 () = cancel.cancelled() => break,
                 item = rx.recv(), if pending.is_none() && self.has_room() => match item {
-                    Some(item) => pending = self.accept(item).await?,
+                    Some(item) => match self.accept(item).await {
+                        Ok(next) => pending = next,
+                        // The event cannot be published (it stops the pipeline): what was read
+                        // before it is still delivered and committed first.
+                        Err(error) => {
+                            self.drain(None).await?;
+                            return Err(error);
+                        }
+                    },
                     None => break,
                 },
                 _ = tick.tick() => {
@@ -449,7 +457,7 @@ impl Relay {
     /// Waits for in-flight deliveries up to the drain timeout, publishing each safe position,
     /// then flushes the producer explicitly (its `Drop` would purge the queue). Ends by the
     /// deadline whatever is still in flight, including an event waiting for room in the queue.
-    async fn drain(mut self, pending: Option<Pending>) -> Result<(), BridgeError> {
+    async fn drain(&mut self, pending: Option<Pending>) -> Result<(), BridgeError> {
         let deadline = Instant::now() + self.limits.drain_timeout;
         let mut pending = pending;
         loop {

@@ -16,3 +16,4 @@ mod prometheus;
 mod replication;
 mod solid;
 mod support;
+mod values;

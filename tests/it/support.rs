@@ -189,6 +189,35 @@ impl Received {
     }
 }
 
+/// One record as a consumer saw it, as bytes (BSON keys and values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl RawRecord {
+    /// The value of header `name` as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+/// Like [`collect`], keeping keys and values as bytes.
+pub async fn collect_raw(topic: &str, count: usize, timeout: Duration) -> Vec<RawRecord> {
+    let (bootstrap, topic) = (kafka_bootstrap(), topic.to_owned());
+    let read = move || read_blocking(&bootstrap, &topic, count, Duration::ZERO, timeout);
+    tokio::task::spawn_blocking(read)
+        .await
+        .expect("collector thread")
+}
+
 /// Reads every partition of `topic` from the beginning (no consumer group) until `count`
 /// records arrived or `timeout` passed; returns them ordered by partition, then offset.
 pub async fn collect(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
@@ -217,6 +246,33 @@ fn collect_blocking(
     quiet: Duration,
     timeout: Duration,
 ) -> Vec<Received> {
+    let text = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8(b).expect("UTF-8"));
+    let mut out: Vec<Received> = read_blocking(bootstrap, topic, min, quiet, timeout)
+        .into_iter()
+        .map(|r| Received {
+            partition: r.partition,
+            offset: r.offset,
+            key: text(r.key),
+            value: text(r.value),
+            headers: r
+                .headers
+                .into_iter()
+                .map(|(n, v)| (n, String::from_utf8(v).expect("UTF-8 header")))
+                .collect(),
+        })
+        .collect();
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// Every record of `topic` in partition order, then offset order.
+fn read_blocking(
+    bootstrap: &str,
+    topic: &str,
+    min: usize,
+    quiet: Duration,
+    timeout: Duration,
+) -> Vec<RawRecord> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", unique("collector"))
@@ -244,25 +300,24 @@ fn collect_blocking(
             .expect("partition");
     }
     consumer.assign(&tpl).expect("assign");
-    let mut out = Vec::new();
+    let mut out: Vec<RawRecord> = Vec::new();
     let mut last = Instant::now();
     while Instant::now() < deadline && (out.len() < min || last.elapsed() < quiet) {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
             last = Instant::now();
-            let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8(b.to_vec()).expect("UTF-8"));
             let headers = m
                 .headers()
                 .map(|h| {
                     h.iter()
-                        .map(|h| (h.key.to_owned(), text(h.value).unwrap_or_default()))
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push(Received {
+            out.push(RawRecord {
                 partition: m.partition(),
                 offset: m.offset(),
-                key: text(m.key()),
-                value: text(m.payload()),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
                 headers,
             });
         }
