@@ -9,7 +9,13 @@ Measures, side by side in one run on the same servers and the same data:
               limit-relay    read + produce, no bridge logic: THE LIMIT    (bench limit --mode relay)
               limit-headers  the same with headers shaped like the bridge's (--headers): what
                              the headers alone cost the broker and librdkafka
+              limit-fair     THE FAIR LIMIT: the same stream (the bridge's stages) producing, per
+                             event, exactly the bridge's records (key, value, headers), encoded by
+                             the bridge's own encoder before the timed run (--mode fair); timed
+                             from the second open to the last ack
+              limit-fair-bson  the same with format = key_format = "bson"
               bridge         mongo-kafka-bridge run
+              bridge-bson    mongo-kafka-bridge run with format = key_format = "bson"
               node           bench/baselines/node/bridge.js (mongodb + kafkajs)
               python         bench/baselines/python/bridge.py (pymongo + confluent-kafka)
             Delivery is observed the same way for every producing system: the sum of the target
@@ -44,12 +50,13 @@ SERVICES = ROOT / "scripts" / "services"
 SECANTUS_RS = ROOT / ".cache" / "secantus-rs" / "bin" / "secantusd-rs"
 SIZES = {"1KB": 1024, "20KB": 20 * 1024, "250KB": 250 * 1024}
 COUNTS = {"1KB": 100_000, "20KB": 20_000, "250KB": 2_000}
-CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "bridge", "node",
-                   "python"]
+CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "limit-fair",
+                   "limit-fair-bson", "bridge", "bridge-bson", "node", "python"]
+BRIDGES = {"bridge": "json", "bridge-bson": "bson"}
 # Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
 OPTIONAL_SYSTEMS = ["limit-split"]
-PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "bridge", "node",
-             "python"}
+PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "limit-fair",
+             "limit-fair-bson", "bridge", "bridge-bson", "node", "python"}
 DB = "bench"
 
 
@@ -294,7 +301,7 @@ class Harness:
             raise HarnessError(f"{' '.join(cmd[:3])} failed: {out.stderr.strip()[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def bridge_config(self, name, coll, topic, port):
+    def bridge_config(self, name, coll, topic, port, fmt="json"):
         path = self.work / f"bridge-{name}.toml"
         path.write_text(f"""
 [mongodb]
@@ -312,6 +319,8 @@ name = "{name}"
 database = "{DB}"
 collection = "{coll}"
 topic = "{topic}"
+format = "{fmt}"
+key_format = "{fmt}"
 
 [metrics]
 listen = "127.0.0.1:{port}"
@@ -326,9 +335,9 @@ history_interval_ms = {self.args.history_interval_ms}
     def start(self, system, coll, topic, init=False):
         """Starts a producing system (bridge or baseline); returns the process."""
         logf = open(self.work / f"{system}-{coll}.log", "a")
-        if system == "bridge":
+        if system in BRIDGES:
             port = free_port()
-            cfg = self.bridge_config(f"{coll}-bridge", coll, topic, port)
+            cfg = self.bridge_config(f"{coll}-{system}", coll, topic, port, BRIDGES[system])
             env = dict(os.environ, RUST_LOG=self.args.bridge_log)
             prefix = [] if init else shlex.split(self.args.bridge_prefix)
             proc = subprocess.Popen([*prefix, self.bridge_bin, "run", "--config", str(cfg)], stdout=logf,
@@ -356,14 +365,14 @@ history_interval_ms = {self.args.history_interval_ms}
             if not token.exists():
                 self.bench("token", "--db", DB, "--coll", coll, "--out", str(token))
             return
-        if system == "bridge":
+        if system in BRIDGES:
             from pymongo import MongoClient
-            proc = self.start("bridge", coll, topic, init=True)
+            proc = self.start(system, coll, topic, init=True)
             offsets = MongoClient(self.servers.uri)["bench_bridge"]["offsets"]
             deadline = time.monotonic() + 60
             # The document exists as soon as the bridge takes the pipeline; its first position
             # is committed a moment later, when `resumeToken` appears.
-            first = {"_id": f"{coll}-bridge", "resumeToken": {"$exists": True}}
+            first = {"_id": f"{coll}-{system}", "resumeToken": {"$exists": True}}
             while offsets.find_one(first) is None:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     stop_process(proc)
@@ -386,6 +395,10 @@ history_interval_ms = {self.args.history_interval_ms}
             if mode in ("headers", "split"):
                 argv.append(f"--{mode}" if mode == "headers" else "--split-stage")
                 mode = "relay"
+                argv[2] = mode
+            if mode.startswith("fair"):
+                argv += ["--format", "bson" if mode == "fair-bson" else "json"]
+                mode = "fair"
                 argv[2] = mode
             if mode != "read":
                 argv += ["--topic", topic]
@@ -449,8 +462,8 @@ history_interval_ms = {self.args.history_interval_ms}
              "thread_cpu_us_per_event": {k: v * 1e6 / count for k, v in threads.items()}}
         if system.startswith("limit"):
             r["internal_rate"] = json.loads(out.strip().splitlines()[-1])["rate"]
-        if system == "limit-produce":
-            # Produce only: timed by the program itself after it loaded the events to produce.
+        if system in ("limit-produce", "limit-fair", "limit-fair-bson"):
+            # Timed by the program itself, after it loaded (and, fair, encoded) the events.
             r["rate"] = r["internal_rate"]
         return r
 
@@ -653,6 +666,7 @@ def report(results, meta, with_targets=True):
     sizes = [s for s in SIZES if any(r["size"] == s for r in cu)]
     systems = [s for s in CATCHUP_SYSTEMS + OPTIONAL_SYSTEMS if any(r["system"] == s for r in cu)]
     targets = []
+    notes = []
     if cu:
         out("### Catch-up (backlog drained)")
         out("")
@@ -678,6 +692,15 @@ def report(results, meta, with_targets=True):
             if ("bridge", runs[0]) in by and ("limit-relay", runs[0]) in by:
                 med = mmm(ratio("bridge", "limit-relay"))[1]
                 targets.append((f"catch-up {size}: bridge ≥ 0.9 × limit", f"{med:.2f} ×", med >= 0.9))
+            for bridge, fair in (("bridge", "limit-fair"), ("bridge-bson", "limit-fair-bson")):
+                if (bridge, runs[0]) in by and (fair, runs[0]) in by:
+                    med = mmm(ratio(bridge, fair))[1]
+                    targets.append((f"catch-up {size}: {bridge} ≥ 0.9 × {fair}", f"{med:.2f} ×",
+                                    med >= 0.9))
+            for base in ("limit-relay", "limit-headers"):
+                if ("bridge-bson", runs[0]) in by and (base, runs[0]) in by:
+                    med = mmm(ratio("bridge-bson", base))[1]
+                    notes.append(f"bridge-bson ÷ {base} at {size}: {med:.2f} × (no target)")
             for base in ("node", "python"):
                 if ("bridge", runs[0]) in by and (base, runs[0]) in by:
                     med = mmm(ratio("bridge", base))[1]
@@ -689,12 +712,17 @@ def report(results, meta, with_targets=True):
                     b, lim = mmm(cpu("bridge"))[1], mmm(cpu("limit-relay"))[1]
                     targets.append(("bridge CPU per 1 KB event ≤ 1.5 × limit program's",
                                     f"{b:.1f} vs {lim:.1f} µs ({b / lim:.2f} ×)", b <= 1.5 * lim))
-                rss = [r["peak_rss_mib"] for r in cu if r["system"] == "bridge"]
-                if rss:
-                    peak = max(rss)
-                    targets.append(("bridge peak RSS ≤ 64 MiB + in-flight budget (16 MiB) in catch-up",
-                                    f"{peak:.1f} MiB", peak <= 80))
+                for bridge in BRIDGES:
+                    rss = [r["peak_rss_mib"] for r in cu if r["system"] == bridge and r["size"] == size]
+                    if rss:
+                        peak = max(rss)
+                        targets.append((f"{bridge} peak RSS ≤ 64 MiB + in-flight budget (16 MiB) in "
+                                        f"catch-up at 1 KB", f"{peak:.1f} MiB", peak <= 80))
         out("")
+        for note in notes:
+            out(f"- {note}")
+        if notes:
+            out("")
     live = results["live"]
     if live:
         out("### Live (write → consumer latency; 6:3:1 insert/update/delete mix, 1 KB)")
@@ -794,7 +822,7 @@ def main():
     csv = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     if args.smoke:
         args.runs, args.sizes, args.count = 1, "1KB", args.count or 2000
-        args.systems = "limit-read,limit-relay,bridge,python"
+        args.systems = "limit-read,limit-relay,limit-fair,bridge,bridge-bson,python"
         args.live_systems, args.rates, args.ramp = "bridge", "500", ""
         args.live_duration, args.settle, args.outage = 2.0, 5.0, False
     args.systems, args.live_systems = csv(args.systems), csv(args.live_systems)

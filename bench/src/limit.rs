@@ -27,28 +27,32 @@ pub enum Mode {
     Produce,
     /// Read and produce together, no bridge logic: the limit.
     Relay,
+    /// The fair limit: read the same stream (the bridge's stages) and produce, for each event,
+    /// exactly the records the bridge produces, encoded by the bridge's own encoder before the
+    /// timed run (see `fair.rs`).
+    Fair,
 }
 
 /// `bench limit`.
 #[derive(clap::Args)]
 pub struct LimitArgs {
     #[command(flatten)]
-    servers: Servers,
-    /// read, produce or relay.
+    pub servers: Servers,
+    /// read, produce, relay or fair.
     #[arg(long, value_enum)]
     mode: Mode,
     /// Events to read (the backlog size) or records to produce.
     #[arg(long)]
-    count: u64,
+    pub count: u64,
     /// Start position: a file written by `bench token`.
     #[arg(long)]
-    token: PathBuf,
-    /// Target topic (produce, relay).
+    pub token: PathBuf,
+    /// Target topic (produce, relay, fair).
     #[arg(long, default_value = "")]
-    topic: String,
+    pub topic: String,
     /// librdkafka `compression.type`.
     #[arg(long, default_value = "none")]
-    compression: String,
+    pub compression: String,
     /// Relay mode: attach headers shaped like the bridge's (8 names, ~300 bytes: operation
     /// type, namespace, resume token, cluster and wall time, pipeline; values copied from the
     /// event), to measure what headers cost the broker and librdkafka.
@@ -58,6 +62,9 @@ pub struct LimitArgs {
     /// the stage costs the server.
     #[arg(long)]
     split_stage: bool,
+    /// Fair mode: the records' format (`format` and `key_format` of the bridge's pipeline).
+    #[arg(long, default_value = "json")]
+    pub format: String,
 }
 
 /// Headers with the bridge's names and sizes, values taken from the raw event.
@@ -99,7 +106,7 @@ fn bridge_like_headers(event: &bson::RawDocument) -> OwnedHeaders {
 
 /// Counts delivery reports.
 #[derive(Default)]
-struct Counting {
+pub(crate) struct Counting {
     delivered: AtomicU64,
     failed: AtomicU64,
 }
@@ -118,7 +125,10 @@ impl ProducerContext for Counting {
 
 /// The same producer settings as the bridge (`sink.rs`): idempotent, acks=all, 5 in flight,
 /// murmur2_random, linger 5 ms.
-fn producer(bootstrap: &str, compression: &str) -> anyhow::Result<ThreadedProducer<Counting>> {
+pub(crate) fn producer(
+    bootstrap: &str,
+    compression: &str,
+) -> anyhow::Result<ThreadedProducer<Counting>> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
@@ -132,7 +142,7 @@ fn producer(bootstrap: &str, compression: &str) -> anyhow::Result<ThreadedProduc
 }
 
 /// Enqueues one record, waiting while librdkafka's queue is full (backpressure, as the bridge).
-async fn send(
+pub(crate) async fn send(
     producer: &ThreadedProducer<Counting>,
     topic: &str,
     key: &[u8],
@@ -156,7 +166,11 @@ async fn send(
 }
 
 /// Opens the change stream of the collection after the saved token.
-async fn open(servers: &Servers, token: &Path, split_stage: bool) -> anyhow::Result<RawStream> {
+pub(crate) async fn open(
+    servers: &Servers,
+    token: &Path,
+    split_stage: bool,
+) -> anyhow::Result<RawStream> {
     let token = RawDocumentBuf::from_bytes(std::fs::read(token)?)?;
     let client = crate::mongo(&servers.uri).await?;
     let coll = client
@@ -196,6 +210,10 @@ pub async fn save_token(servers: &Servers, out: &Path) -> anyhow::Result<String>
 
 /// `bench limit`.
 pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
+    if args.mode == Mode::Fair {
+        return crate::fair::run(&args).await;
+    }
+    // (Fair mode has its own program, above.)
     let mut stream = open(&args.servers, &args.token, args.split_stage).await?;
     let mut bytes: u64 = 0;
     let (events, secs, failed) = match args.mode {
@@ -224,7 +242,7 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
             let (n, failed) = finish(&producer, args.count).await;
             (n, started.elapsed().as_secs_f64(), failed)
         }
-        Mode::Read | Mode::Relay => {
+        Mode::Read | Mode::Relay | Mode::Fair => {
             // Read: events dropped. Relay: each produced as the server's bytes.
             let producer = match args.mode {
                 Mode::Relay => Some(producer(&args.servers.bootstrap, &args.compression)?),
@@ -275,7 +293,7 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
 }
 
 /// Waits until `count` records are delivered (or failed); returns (delivered, failed).
-async fn finish(producer: &ThreadedProducer<Counting>, count: u64) -> (u64, u64) {
+pub(crate) async fn finish(producer: &ThreadedProducer<Counting>, count: u64) -> (u64, u64) {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let delivered = producer.context().delivered.load(Ordering::Relaxed);

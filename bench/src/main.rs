@@ -16,6 +16,7 @@
 //! Every subcommand prints one JSON object on stdout; progress and errors go to stderr.
 //! CPU and peak RSS come from the process's own accounting (`/proc/self`, Linux).
 
+mod fair;
 mod limit;
 mod live;
 mod load;
@@ -32,23 +33,23 @@ struct Cli {
 
 /// Connection options shared by every subcommand.
 #[derive(clap::Args, Clone)]
-struct Servers {
+pub struct Servers {
     /// MongoDB URI.
     #[arg(
         long,
         env = "MONGODB_URI",
         default_value = "mongodb://127.0.0.1:27018/?directConnection=true"
     )]
-    uri: String,
+    pub uri: String,
     /// Kafka bootstrap servers.
     #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "127.0.0.1:19093")]
-    bootstrap: String,
+    pub bootstrap: String,
     /// Database of the benchmark collections.
     #[arg(long, default_value = "bench")]
-    db: String,
+    pub db: String,
     /// Collection.
     #[arg(long)]
-    coll: String,
+    pub coll: String,
 }
 
 #[derive(Subcommand)]
