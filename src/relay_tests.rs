@@ -60,27 +60,29 @@ fn relay(sink: KafkaSink, drain_timeout: Duration) -> (Relay, watch::Receiver<Op
     (relay, safe_rx)
 }
 
+/// Runs `relay` on the one event `raw` until it stops by itself; its error.
+async fn fails_on(relay: Relay, raw: RawDocumentBuf) -> BridgeError {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(SourceItem::Event { raw, permit: None })
+        .await
+        .expect("relay listens");
+    let cancel = CancellationToken::new();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), relay.run(rx, cancel)).await;
+    outcome
+        .expect("the relay ends")
+        .expect_err("the event fails")
+}
+
 #[tokio::test]
 async fn a_stub_too_large_for_kafka_fails_the_pipeline_instead_of_being_stubbed_again() {
     // GIVEN a dead-letter policy and a producer limit (1000 bytes) below the event's key
     let sink = unreachable_sink(&[("message.max.bytes", 1000)]);
     let (relay, safe) = relay(sink, Duration::from_secs(1));
     let relay = relay.with_dead_letter("orders.dlq");
-    let (tx, rx) = mpsc::channel(4);
     let id = "k".repeat(3000);
-    tx.send(SourceItem::Event {
-        raw: insert(&id),
-        permit: None,
-    })
-    .await
-    .expect("relay listens");
     // WHEN the relay runs
-    let cancel = CancellationToken::new();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), relay.run(rx, cancel)).await;
+    let error = fails_on(relay, insert(&id)).await;
     // THEN it stops with the stub's refusal, naming the dead-letter topic, and commits nothing
-    let error = outcome
-        .expect("the relay ends")
-        .expect_err("the stub is refused");
     assert!(
         matches!(&error, BridgeError::DeadLetterRefused { topic, key, .. }
             if topic == "orders.dlq" && key.contains(&id)),
@@ -94,16 +96,7 @@ async fn a_stub_too_large_for_kafka_fails_the_pipeline_instead_of_being_stubbed_
 async fn an_oversized_record_without_a_dead_letter_topic_fails_with_its_size() {
     let sink = unreachable_sink(&[("message.max.bytes", 1000)]);
     let (relay, _safe) = relay(sink, Duration::from_secs(1));
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(SourceItem::Event {
-        raw: insert(&"k".repeat(3000)),
-        permit: None,
-    })
-    .await
-    .expect("relay listens");
-    let cancel = CancellationToken::new();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), relay.run(rx, cancel)).await;
-    let error = outcome.expect("the relay ends").expect_err("oversize");
+    let error = fails_on(relay, insert(&"k".repeat(3000))).await;
     assert!(
         matches!(&error, BridgeError::Oversize { topic, size, .. }
             if topic == "shop.orders" && *size > 6000),
@@ -156,18 +149,7 @@ async fn a_record_larger_than_the_producer_queue_is_refused_as_too_large_not_wai
     let (relay, _safe) = relay(sink, Duration::from_secs(1));
     let mut relay = relay;
     relay.limits.queue_bytes = 2048;
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(SourceItem::Event {
-        raw: insert(&"k".repeat(3000)),
-        permit: None,
-    })
-    .await
-    .expect("relay listens");
     // THEN the relay stops with the oversize error at once
-    let cancel = CancellationToken::new();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), relay.run(rx, cancel)).await;
-    let error = outcome
-        .expect("the relay ends")
-        .expect_err("too large for the queue");
+    let error = fails_on(relay, insert(&"k".repeat(3000))).await;
     assert!(matches!(error, BridgeError::Oversize { .. }), "{error:?}");
 }
