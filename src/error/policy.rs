@@ -122,6 +122,14 @@ mod tests {
         }
     }
 
+    /// The actions `decide` takes for `errors` in turn, under `OnHistoryLost::Fail`.
+    fn steps(errors: &[&BridgeError], attempts: &mut Attempts) -> Vec<Action> {
+        errors
+            .iter()
+            .map(|error| decide(error, OnHistoryLost::Fail, attempts))
+            .collect()
+    }
+
     #[test]
     fn a_persistent_error_stops_after_the_configured_attempts() {
         // GIVEN a limit of 3 consecutive attempts
@@ -129,16 +137,8 @@ mod tests {
         let unknown = delivery(RDKafkaErrorCode::UnknownTopicOrPartition);
         // THEN the first two failures restart, the third stops
         assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
-        );
-        assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
-        );
-        assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Stop
+            steps(&[&unknown, &unknown, &unknown], &mut attempts),
+            [Action::Restart, Action::Restart, Action::Stop]
         );
         assert_eq!(attempts.persistent(), 3);
     }
@@ -149,25 +149,13 @@ mod tests {
         let unknown = delivery(RDKafkaErrorCode::UnknownTopicOrPartition);
         let timeout = delivery(RDKafkaErrorCode::MessageTimedOut);
         assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
-        );
-        assert_eq!(
-            decide(&timeout, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
-        );
-        assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
+            steps(&[&unknown, &timeout, &unknown], &mut attempts),
+            [Action::Restart; 3]
         );
         attempts.healthy_run();
         assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Restart
-        );
-        assert_eq!(
-            decide(&unknown, OnHistoryLost::Fail, &mut attempts),
-            Action::Stop
+            steps(&[&unknown, &unknown], &mut attempts),
+            [Action::Restart, Action::Stop]
         );
     }
 
