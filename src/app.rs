@@ -7,19 +7,19 @@
 //!   and takes nothing.
 //! - A fatal error in one pipeline cancels the others, which drain, flush, commit their safe
 //!   positions and release their leases before the process exits non-zero.
+//! - With `[bridge] group_id`, the pipelines run where the group assigns them
+//!   ([`crate::group`]); without, every pipeline runs here (standing by while another instance
+//!   owns it).
 //! - A pipeline task that panics is an error ([`BridgeError::TaskPanicked`]), never a clean stop.
 //! - Shutdown (the `shutdown` future, or [`Bridge::shutdown`]) marks the process not ready first,
 //!   then cancels every pipeline; each drains within `shutdown_timeout_ms`. The HTTP endpoint
 //!   answers until every pipeline stopped (`/readyz` 503 "draining", `/healthz` 200).
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mongodb::Client;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -29,6 +29,8 @@ use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
 use crate::metrics::Metrics;
 use crate::pipeline::{self, Ended, PipelineContext};
+use crate::reload::{Reload, Reloader};
+use crate::roster::Roster;
 
 /// A running bridge.
 pub struct Bridge {
@@ -36,6 +38,7 @@ pub struct Bridge {
     cancel: CancellationToken,
     health: Arc<Health>,
     metrics: Metrics,
+    reloader: Arc<Reloader>,
     task: tokio::task::JoinHandle<Result<(), BridgeError>>,
 }
 
@@ -68,7 +71,7 @@ impl Bridge {
             .map_err(|e| kafka_refused(&config, "admin client configuration", &e))?;
         let mut sinks = Vec::with_capacity(config.pipelines.len());
         for p in &config.pipelines {
-            let sink = PipelineContext::new_sink(&config, &metrics.pipeline(&p.name));
+            let sink = PipelineContext::new_sink(&config, p, &metrics.pipeline(&p.name));
             sinks.push(sink.map_err(|e| match e {
                 BridgeError::Producer(e) => kafka_refused(&config, "producer configuration", &e),
                 other => other,
@@ -88,10 +91,11 @@ impl Bridge {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         );
-        let mut set = JoinSet::new();
-        let mut names = HashMap::new();
-        for (p, sink) in config.pipelines.iter().zip(sinks) {
-            let ctx = PipelineContext {
+        let contexts: Vec<PipelineContext> = config
+            .pipelines
+            .iter()
+            .zip(sinks)
+            .map(|(p, sink)| PipelineContext {
                 config: Arc::clone(&config),
                 pipeline: p.clone(),
                 client: client.clone(),
@@ -100,27 +104,45 @@ impl Bridge {
                 health: health.pipeline(&p.name),
                 admin: admin.clone(),
                 sink,
-            };
-            let handle = set.spawn(pipeline::run(ctx, cancel.child_token()));
-            names.insert(handle.id(), p.name.clone());
-        }
-        let (metrics_for_task, cancel_for_task) = (metrics.clone(), cancel.clone());
+            })
+            .collect();
         tokio::spawn(crate::history::run(
             client.clone(),
             metrics.clone(),
             Duration::from_millis(config.metrics.history_interval_ms),
             cancel.child_token(),
         ));
-        let task = tokio::spawn(async move {
-            let result = supervise(set, names, metrics_for_task, cancel_for_task, client).await;
-            http_stop.cancel();
-            result
+        let (reloads_tx, reloads) = tokio::sync::mpsc::unbounded_channel();
+        let reloader = Arc::new(Reloader {
+            current: std::sync::Mutex::new(Arc::clone(&config)),
+            client: client.clone(),
+            admin: admin.clone(),
+            metrics: metrics.clone(),
+            health: Arc::clone(&health),
+            owner: owner.clone(),
+            supervisor: reloads_tx,
         });
+        let task = {
+            let (health, metrics, cancel) = (Arc::clone(&health), metrics.clone(), cancel.clone());
+            let grouped = config.bridge.group_id.is_some();
+            tokio::spawn(async move {
+                let result = if grouped {
+                    let group_metrics = metrics.group.clone();
+                    crate::group::run(contexts, health, group_metrics, cancel, reloads).await
+                } else {
+                    supervise(contexts, &metrics, &health, cancel, reloads).await
+                };
+                client.shutdown().immediate(true).await;
+                http_stop.cancel();
+                result
+            })
+        };
         Ok(Self {
             metrics_addr,
             cancel,
             health,
             metrics,
+            reloader,
             task,
         })
     }
@@ -138,6 +160,11 @@ impl Bridge {
     /// The metric families.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// What applies a configuration reload (SIGHUP) to this bridge.
+    pub fn reloader(&self) -> Arc<Reloader> {
+        Arc::clone(&self.reloader)
     }
 
     /// Begins a graceful shutdown: not ready, stop reading, drain, flush, commit.
@@ -220,54 +247,79 @@ fn log_settings(config: &Config) {
             tombstones = p.tombstones,
             on_history_lost = ?p.on_history_lost,
             on_oversize = ?p.on_oversize,
+            delivery = ?p.delivery,
             "pipeline configured"
         );
     }
 }
 
-/// Waits for every pipeline task; the first error (a panicked task counts as one) cancels the
-/// others. `names` maps task ids to pipeline names.
+/// Runs every pipeline (and what reloads add) until `cancel` or the first error (a panicked
+/// task counts as one), which cancels the others. Also an error: every pipeline refused.
 async fn supervise(
-    mut set: JoinSet<Result<Ended, BridgeError>>,
-    names: HashMap<tokio::task::Id, String>,
-    metrics: Metrics,
+    contexts: Vec<PipelineContext>,
+    metrics: &Metrics,
+    health: &Health,
     cancel: CancellationToken,
-    client: Client,
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<Reload>,
 ) -> Result<(), BridgeError> {
-    let mut first_error = None;
-    let mut refused = 0;
-    while let Some(joined) = set.join_next_with_id().await {
-        let error = match joined {
-            Ok((_, Ok(Ended::Stopped))) => continue,
-            Ok((_, Ok(Ended::Refused))) => {
-                refused += 1;
-                if refused < names.len() {
-                    continue;
-                }
-                BridgeError::Config {
-                    field: "pipelines".into(),
-                    reason: "every pipeline was refused: its configured stream differs from the \
-                             one its position was committed for (see the log above for each)"
-                        .into(),
-                }
-            }
-            Ok((_, Err(error))) => error,
-            Err(e) => {
-                let name = names.get(&e.id()).map_or("*", String::as_str);
-                let error = pipeline::panicked(name, "pipeline", e);
-                tracing::error!(pipeline = name, error = %error, "pipeline task panicked");
-                metrics
-                    .pipeline(name)
-                    .error(error.kind(), error.class().label());
-                error
-            }
-        };
-        cancel.cancel();
-        first_error.get_or_insert(error);
+    let shutdown_ms = contexts
+        .first()
+        .map_or(0, |c| c.config.bridge.shutdown_timeout_ms);
+    let mut roster = Roster::new(cancel.clone(), shutdown_ms);
+    for ctx in contexts {
+        roster.start(ctx, None).await;
     }
-    cancel.cancel();
-    client.shutdown().immediate(true).await;
-    first_error.map_or(Ok(()), Err)
+    let mut refused = std::collections::HashSet::new();
+    let result = loop {
+        tokio::select! {
+            () = cancel.cancelled() => break Ok(()),
+            Some(reload) = reloads.recv() => {
+                let mut stopping = reload.removed.clone();
+                stopping.extend(reload.contexts.iter().map(|c| c.pipeline.name.clone()));
+                roster.stop(&stopping).await;
+                for name in &reload.removed {
+                    health.remove_pipeline(name);
+                    refused.remove(name);
+                }
+                for ctx in reload.contexts {
+                    refused.remove(&ctx.pipeline.name);
+                    roster.start(ctx, None).await;
+                }
+            }
+            end = roster.next_end() => {
+                let error = match end.result {
+                    Ok(Ended::Stopped | Ended::Fenced) => continue,
+                    Ok(Ended::Refused) => {
+                        refused.insert(end.name.clone());
+                        if !roster.is_empty() {
+                            continue;
+                        }
+                        BridgeError::Config {
+                            field: "pipelines".into(),
+                            reason: "every pipeline was refused: its configured stream differs \
+                                     from the one its position was committed for (see the log \
+                                     above for each)"
+                                .into(),
+                        }
+                    }
+                    Err(error) if !end.by_itself => {
+                        tracing::warn!(pipeline = %end.name, error = %error,
+                                       "pipeline ended with an error while stopping");
+                        continue;
+                    }
+                    Err(error) => {
+                        if matches!(error, BridgeError::TaskPanicked { .. }) {
+                            metrics.pipeline(&end.name).error(error.kind(), error.class().label());
+                        }
+                        error
+                    }
+                };
+                break Err(error);
+            }
+        }
+    };
+    roster.stop_all().await;
+    result
 }
 
 /// This host's name (`$HOSTNAME`, else `/etc/hostname`), for owner strings in the offsets.
@@ -305,43 +357,4 @@ pub async fn run_observed(
         Err(_) => info!("bridge stopped after a fatal error"),
     }
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicked_pipeline_task_is_an_error_naming_it() {
-        // GIVEN two pipeline tasks, one of which panics
-        let mut set = JoinSet::new();
-        let mut names = HashMap::new();
-        let cancel = CancellationToken::new();
-        let panicking = set.spawn(async { panic!("bug") });
-        names.insert(panicking.id(), "orders".to_owned());
-        let waiting = cancel.clone();
-        let clean = set.spawn(async move {
-            waiting.cancelled().await;
-            Ok(Ended::Stopped)
-        });
-        names.insert(clean.id(), "users".to_owned());
-        let client = Client::with_uri_str("mongodb://127.0.0.1:1/?directConnection=true")
-            .await
-            .expect("client");
-        let metrics = Metrics::new();
-        // WHEN the supervisor joins them
-        let result = supervise(set, names, metrics.clone(), cancel.clone(), client).await;
-        // THEN the panic is the process's error, the other pipeline was cancelled, and it counts
-        assert!(
-            matches!(&result, Err(BridgeError::TaskPanicked { pipeline, task: "pipeline", message })
-                if pipeline == "orders" && message == "bug"),
-            "{result:?}"
-        );
-        assert!(cancel.is_cancelled());
-        assert!(
-            metrics
-                .render()
-                .contains(r#"mongo_kafka_bridge_errors_total{class="persistent",pipeline="orders",stage="panic"} 1"#)
-        );
-    }
 }

@@ -22,12 +22,14 @@ use serde::Deserialize;
 use crate::error::BridgeError;
 use crate::extjson::JsonMode;
 
+mod group;
 mod rules;
+pub mod transactions;
 mod values;
 
 pub use values::{
-    Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost, OnOversize,
-    PropertyValue, SecretUri, StartAt, TopicCreation, ValueMode,
+    Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost,
+    OnOversize, PropertyValue, SecretUri, SnapshotMode, StartAt, TopicCreation, ValueMode,
 };
 
 /// Prefix of environment overrides; `__` separates path segments.
@@ -50,6 +52,21 @@ pub struct Config {
     /// The HTTP endpoint for `/metrics`, `/healthz`, `/readyz`.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// Every setting but `[[pipelines]]`, as loaded (environment overrides applied): a reload
+    /// may change pipelines only ([`crate::reload`]).
+    #[serde(skip)]
+    pub(crate) settings: Settings,
+}
+
+/// The loaded settings outside `[[pipelines]]`, compared by a reload. Its `Debug` shows
+/// nothing: the table holds the raw URI and properties, secrets included.
+#[derive(Clone, Default, PartialEq)]
+pub(crate) struct Settings(pub(crate) toml::Table);
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Settings(..)")
+    }
 }
 
 /// `[mongodb]`.
@@ -81,33 +98,47 @@ pub struct KafkaConfig {
     /// Topics the bridge creates itself before its first record to them (off by default).
     #[serde(default)]
     pub topic_creation: TopicCreation,
+    /// With `delivery = "exactly_once"`: the `transactional.id` of a pipeline's producer is this
+    /// prefix + the pipeline name. Default `mongo-kafka-bridge.<offsets_database>.` (unique per
+    /// deployment as long as deployments keep their offsets apart). See
+    /// [`Config::transactional_id`].
+    #[serde(default)]
+    pub transactional_id_prefix: Option<String>,
+    /// librdkafka consumer properties of the group membership (`[bridge] group_id`), on top of
+    /// the connection and security properties of `properties`. README "Running several
+    /// replicas".
+    #[serde(default)]
+    pub group_properties: BTreeMap<String, PropertyValue>,
 }
 
 impl fmt::Debug for KafkaConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let properties: BTreeMap<&str, String> = self
-            .properties
-            .iter()
-            .map(|(k, v)| {
-                let shown = if rules::is_secret_property(k) {
-                    "***".to_owned()
-                } else {
-                    v.to_string()
-                };
-                (k.as_str(), shown)
-            })
-            .collect();
+        let masked = |table: &BTreeMap<String, PropertyValue>| -> BTreeMap<String, String> {
+            table
+                .iter()
+                .map(|(k, v)| {
+                    let shown = if rules::is_secret_property(k) {
+                        "***".to_owned()
+                    } else {
+                        v.to_string()
+                    };
+                    (k.clone(), shown)
+                })
+                .collect()
+        };
         f.debug_struct("KafkaConfig")
             .field("bootstrap_servers", &self.bootstrap_servers)
             .field("topic_prefix", &self.topic_prefix)
-            .field("properties", &properties)
+            .field("properties", &masked(&self.properties))
+            .field("group_properties", &masked(&self.group_properties))
             .field("topic_creation", &self.topic_creation)
+            .field("transactional_id_prefix", &self.transactional_id_prefix)
             .finish()
     }
 }
 
 /// One `[[pipelines]]` entry: one change stream.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
     /// Unique; the offsets document's `_id`.
@@ -161,6 +192,28 @@ pub struct PipelineConfig {
     pub on_oversize: OnOversize,
     /// Required when `on_oversize` or `on_ambiguous` is `"dead_letter"`.
     pub dead_letter_topic: Option<String>,
+    /// `never` (default) or `initial`: a pipeline without a stream position copies its
+    /// namespace(s) first (README, "Initial snapshot"), then streams.
+    #[serde(default = "default_snapshot")]
+    pub snapshot: SnapshotMode,
+    /// Extended JSON find filter applied to the copied documents (not to change events).
+    pub snapshot_filter: Option<String>,
+    /// `at_least_once` (default) or `exactly_once`: Kafka transactions, each committing the
+    /// records of up to `max_transaction_events` events with their resume token (README
+    /// "Exactly once").
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// With `delivery = "exactly_once"`: a Kafka transaction commits after at most this many
+    /// events (or `[bridge] commit_interval_ms`, whichever comes first), never inside a
+    /// MongoDB transaction. Default 10000.
+    #[serde(default = "default_max_transaction_events")]
+    pub max_transaction_events: usize,
+    /// Documents per `find`/`getMore` batch of a copy. Default 1000.
+    #[serde(default = "default_snapshot_batch_size")]
+    pub snapshot_batch_size: u32,
+    /// Collections copied at once (database and deployment scopes). Default 2.
+    #[serde(default = "default_snapshot_parallelism")]
+    pub snapshot_parallelism: usize,
 }
 
 /// `[bridge]`: process-wide tuning. Durations in milliseconds.
@@ -196,6 +249,11 @@ pub struct BridgeConfig {
     /// fix named. Outages (network, server selection, timeouts, brokers down) retry forever.
     /// Default 10.
     pub persistent_error_attempts: u32,
+    /// The Kafka consumer group whose members share the pipelines: each pipeline runs on the
+    /// one member the group assigns it to (README "Running several replicas"). Unset
+    /// (default): this instance takes every pipeline, and stands by for the ones another
+    /// instance took.
+    pub group_id: Option<String>,
     /// Threads of the async runtime that runs the pipelines (reading, encoding, enqueueing);
     /// librdkafka runs its own threads besides. 0 (default) = one per pipeline, at most one
     /// per CPU. More threads than pipelines buy nothing: each pipeline's work is sequential,
@@ -259,6 +317,7 @@ impl Default for BridgeConfig {
             lease_ms: 15_000,
             liveness_timeout_ms: 120_000,
             persistent_error_attempts: 10,
+            group_id: None,
             worker_threads: 0,
         }
     }
@@ -306,6 +365,18 @@ const fn default_on_history_lost() -> OnHistoryLost {
 const fn default_on_oversize() -> OnOversize {
     OnOversize::Fail
 }
+const fn default_max_transaction_events() -> usize {
+    10_000
+}
+const fn default_snapshot() -> SnapshotMode {
+    SnapshotMode::Never
+}
+const fn default_snapshot_batch_size() -> u32 {
+    1000
+}
+const fn default_snapshot_parallelism() -> usize {
+    2
+}
 
 impl Config {
     /// Reads `path`, applies environment overrides from the process environment, validates.
@@ -332,8 +403,11 @@ impl Config {
                     reason: format!("not valid TOML: {e}"),
                 })?;
         rules::apply_env(&mut tree, env)?;
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|e| {
+        let mut settings = tree.clone();
+        settings.remove("pipelines");
+        let lease_set = tree.get("bridge").and_then(|b| b.get("lease_ms")).is_some();
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
+            .map_err(|e| {
                 let path = e.path().to_string();
                 let reason = e.into_inner().message().to_owned();
                 BridgeError::Config {
@@ -341,6 +415,10 @@ impl Config {
                     reason,
                 }
             })?;
+        config.settings = Settings(settings);
+        if !lease_set {
+            group::default_lease(&mut config);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -406,12 +484,35 @@ impl Config {
             .max(1000)
     }
 
+    /// `[kafka] transactional_id_prefix`, or its default `mongo-kafka-bridge.<offsets_database>.`.
+    pub fn transactional_id_prefix(&self) -> String {
+        self.kafka
+            .transactional_id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("mongo-kafka-bridge.{}.", self.mongodb.offsets_database))
+    }
+
+    /// The `transactional.id` of `pipeline`'s producer with `delivery = "exactly_once"`:
+    /// [`Config::transactional_id_prefix`] + the pipeline name. Stable across restarts, so a
+    /// new producer fences the previous one (Kafka `transactional.id` semantics, KIP-98).
+    pub fn transactional_id(&self, pipeline: &str) -> String {
+        format!("{}{pipeline}", self.transactional_id_prefix())
+    }
+
+    /// Whether any pipeline delivers exactly once.
+    pub fn any_exactly_once(&self) -> bool {
+        self.pipelines
+            .iter()
+            .any(|p| p.delivery == Delivery::ExactlyOnce)
+    }
+
     /// Every secret in this configuration, for redaction of third-party messages.
     pub fn secrets(&self) -> Vec<String> {
         let uri = &self.mongodb.uri;
         let mut out: Vec<String> = uri.password().into_iter().map(str::to_owned).collect();
         out.extend(uri.option_secrets().into_iter().map(str::to_owned));
-        for (key, value) in &self.kafka.properties {
+        let kafka = &self.kafka;
+        for (key, value) in kafka.properties.iter().chain(&kafka.group_properties) {
             if rules::is_secret_property(key) {
                 out.push(value.to_string());
             }
@@ -458,6 +559,20 @@ impl PipelineConfig {
     /// Parsed `start_at`; valid after [`Config::validate`].
     pub fn start_at(&self) -> StartAt {
         rules::parse_start_at(&self.start_at).unwrap_or(StartAt::Now)
+    }
+    /// Whether the pipeline may copy its namespace(s): `snapshot = "initial"` or
+    /// `on_history_lost = "snapshot"`.
+    pub fn snapshots(&self) -> bool {
+        self.snapshot == SnapshotMode::Initial || self.on_history_lost == OnHistoryLost::Snapshot
+    }
+
+    /// Parsed `snapshot_filter`; an empty filter when unset. Valid after [`Config::validate`].
+    pub fn snapshot_filter(&self) -> bson::Document {
+        self.snapshot_filter
+            .as_deref()
+            .map(rules::parse_filter)
+            .and_then(Result::ok)
+            .unwrap_or_default()
     }
     /// Parsed `pipeline` stages; empty when unset. Valid after [`Config::validate`].
     pub fn stages(&self) -> Vec<bson::Document> {

@@ -31,6 +31,7 @@ use crate::kafka::topics;
 
 mod format;
 pub mod headers;
+mod snapshot;
 
 pub use format::Unrepresentable;
 pub(crate) use format::lossy_json;
@@ -48,6 +49,8 @@ pub struct Record {
     pub value: Option<Vec<u8>>,
     /// Header names and UTF-8 values.
     pub headers: Vec<(&'static str, Vec<u8>)>,
+    /// An explicit partition (markers go to every partition); `None`: the key decides.
+    pub partition: Option<i32>,
 }
 
 impl Record {
@@ -79,6 +82,8 @@ pub struct EncodedEvent {
     pub wall_time_ms: Option<i64>,
     /// Set when `on_ambiguous` diverted the event: its records are a stub or BSON.
     pub diverted: Option<Diversion>,
+    /// The MongoDB transaction the event belongs to (`lsid` and `txnNumber`), if any.
+    pub transaction: Option<crate::event::MongoTransaction>,
 }
 
 /// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,
@@ -222,23 +227,16 @@ impl RecordEncoder {
         };
         let headers = headers::headers_for(&self.pipeline, &view, token, format)
             .map_err(|e| malformed(&e))?;
-        let records = match (&diverted, &self.dead_letter_topic) {
-            (Some(d), Some(dlq)) if d.outcome == "dead_lettered" => {
-                let refused = Refused {
-                    topic,
-                    key,
-                    headers,
-                    size: raw.as_bytes().len(),
-                };
-                vec![dead_letter::stub(
-                    dlq,
-                    &refused,
-                    &d.problem.reason,
-                    self.key_format,
-                )]
-            }
-            _ => self.records(topic, key, value, headers, view.operation_type == "delete"),
-        };
+        let is_delete = view.operation_type == "delete";
+        let records = self.finish(
+            topic,
+            key,
+            value,
+            headers,
+            &diverted,
+            raw.as_bytes().len(),
+            is_delete,
+        );
         Ok(EncodedEvent {
             records,
             token: token.to_raw_document_buf(),
@@ -246,6 +244,7 @@ impl RecordEncoder {
             cluster_time: view.cluster_time,
             wall_time_ms: view.wall_time_ms,
             diverted,
+            transaction: crate::event::MongoTransaction::of(&view),
         })
     }
 
@@ -301,6 +300,38 @@ impl RecordEncoder {
         }
     }
 
+    /// The records of an encoded event or copied document: its dead-letter stub when
+    /// `on_ambiguous` diverted it there, else [`Self::records`]. `size`: the source's bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        topic: Arc<str>,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        headers: Vec<(&'static str, Vec<u8>)>,
+        diverted: &Option<Diversion>,
+        size: usize,
+        is_delete: bool,
+    ) -> Vec<Record> {
+        match (diverted, &self.dead_letter_topic) {
+            (Some(d), Some(dlq)) if d.outcome == "dead_lettered" => {
+                let refused = Refused {
+                    topic,
+                    key,
+                    headers,
+                    size,
+                };
+                vec![dead_letter::stub(
+                    dlq,
+                    &refused,
+                    &d.problem.reason,
+                    self.key_format,
+                )]
+            }
+            _ => self.records(topic, key, value, headers, is_delete),
+        }
+    }
+
     /// The event's record, and its tombstone after a delete when the pipeline wants one.
     fn records(
         &self,
@@ -318,12 +349,14 @@ impl RecordEncoder {
                 key: key.clone(),
                 value,
                 headers: headers.clone(),
+                partition: None,
             });
             records.push(Record {
                 topic,
                 key,
                 value: None,
                 headers,
+                partition: None,
             });
         } else {
             records.push(Record {
@@ -331,6 +364,7 @@ impl RecordEncoder {
                 key,
                 value,
                 headers,
+                partition: None,
             });
         }
         records

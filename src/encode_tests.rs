@@ -1048,6 +1048,7 @@ fn record_size_counts_key_value_and_header_bytes() {
         key: br#"{"_id":1}"#.to_vec(),
         value: Some(b"abc".to_vec()),
         headers: vec![("h", b"xy".to_vec()), ("name", Vec::new())],
+        partition: None,
     };
     // THEN its size is 9 + 3 + 3 + 4
     assert_eq!(record.size(), 19);

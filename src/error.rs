@@ -78,6 +78,33 @@ pub enum BridgeError {
         #[source]
         source: Box<MongoError>,
     },
+    /// A snapshot's copy of a namespace could not be read (listing, `find`, `getMore`).
+    #[error("the snapshot's copy of {namespace} failed on pipeline {pipeline:?}")]
+    Copy {
+        /// Pipeline name.
+        pipeline: String,
+        /// `db.coll` (or the scope, while listing it).
+        namespace: String,
+        /// Driver error.
+        #[source]
+        source: Box<MongoError>,
+    },
+    /// A running snapshot was started with another `snapshot_filter`: resuming would mix two.
+    #[error(
+        "pipeline {pipeline:?} has a snapshot running with snapshot_filter {stored}, but the \
+         configuration now says {configured}: resuming would copy the rest under another filter. \
+         Restore the filter until the snapshot finished (`offsets show {pipeline}`), or start \
+         over with `mongo-kafka-bridge offsets reset {pipeline} --to-now` and then \
+         `mongo-kafka-bridge snapshot {pipeline}`"
+    )]
+    SnapshotFilterChanged {
+        /// Pipeline name.
+        pipeline: String,
+        /// The running snapshot's filter (canonical Extended JSON).
+        stored: String,
+        /// The configured one.
+        configured: String,
+    },
     /// The resume token is no longer in the oplog (codes 286 / 280).
     #[error(
         "pipeline {pipeline:?} cannot resume: its committed resume token (clusterTime {cluster_time}) \
@@ -240,6 +267,62 @@ pub enum BridgeError {
         /// Our (stale) epoch.
         epoch: i64,
     },
+    /// Group membership (`[bridge] group_id`) could not be set up or kept: the slots in
+    /// MongoDB, the control topic or the group consumer in Kafka.
+    #[error("group {group:?}: {reason}")]
+    Group {
+        /// The `group_id`.
+        group: String,
+        /// What failed, and what to do.
+        reason: String,
+    },
+    /// A step of a Kafka transaction (`init_transactions`, begin, the progress record, commit,
+    /// abort) failed (`delivery = "exactly_once"`). Nothing of the open transaction becomes
+    /// visible: it is aborted, at the latest by the next producer's `init_transactions`, and
+    /// the pipeline restarts from the last committed progress.
+    #[error("kafka transaction ({operation}) failed on pipeline {pipeline:?}")]
+    Transaction {
+        /// Pipeline name.
+        pipeline: String,
+        /// Which step: `init`, `begin`, `progress`, `commit`, `abort`, `read_progress`.
+        operation: &'static str,
+        /// librdkafka error.
+        #[source]
+        source: Box<KafkaError>,
+    },
+    /// The progress topic could not be read at the start of an exactly-once run (no broker, a
+    /// record that is not a progress record, or an open transaction holding the read back).
+    #[error("the progress topic of pipeline {pipeline:?} could not be read: {reason}")]
+    Progress {
+        /// Pipeline name.
+        pipeline: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The events of a MongoDB transaction were not all read when its Kafka transaction neared
+    /// `transaction.timeout.ms`: the Kafka transaction was aborted rather than split.
+    #[error(
+        "pipeline {pipeline:?}: the events of the MongoDB transaction lsid {lsid} txnNumber \
+         {txn_number} had not all been read after {events} events and {elapsed_ms} ms, the \
+         Kafka transaction's limit ({limit_ms} ms: transaction.timeout.ms minus a 5 s margin). \
+         Its events must be committed in one Kafka transaction, so nothing of it was made \
+         visible. Remedy: raise [kafka.properties] \"transaction.timeout.ms\" (up to the \
+         broker's transaction.max.timeout.ms), or keep MongoDB transactions smaller"
+    )]
+    TransactionTooLong {
+        /// Pipeline name.
+        pipeline: String,
+        /// The transaction's `lsid` (relaxed Extended JSON).
+        lsid: String,
+        /// Its `txnNumber`.
+        txn_number: i64,
+        /// Events of the Kafka transaction when it was aborted.
+        events: usize,
+        /// Its age then (ms).
+        elapsed_ms: u64,
+        /// The bound it neared: `transaction.timeout.ms` minus the margin (ms).
+        limit_ms: u64,
+    },
     /// A task of a pipeline panicked (a bug): it is restarted like a failure, never taken for a
     /// clean stop.
     #[error("the {task} task of pipeline {pipeline:?} panicked: {message}")]
@@ -273,15 +356,24 @@ impl BridgeError {
             | Self::OffsetsDocument { .. }
             | Self::Producer(_)
             | Self::ConfigChanged { .. }
+            | Self::SnapshotFilterChanged { .. }
+            | Self::TransactionTooLong { .. }
             | Self::Oversize { .. } => ErrorClass::Fatal,
             Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
-            Self::DeliveryCancelled { .. } | Self::StreamClosed { .. } => ErrorClass::Transient,
-            Self::Source { source, .. } | Self::Checkpoint { source, .. } => classify_mongo(source),
+            Self::DeliveryCancelled { .. }
+            | Self::StreamClosed { .. }
+            | Self::Group { .. }
+            | Self::Progress { .. } => ErrorClass::Transient,
+            Self::Source { source, .. }
+            | Self::Checkpoint { source, .. }
+            | Self::Copy { source, .. } => classify_mongo(source),
             Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
                 classify_kafka(source)
             }
             Self::DeadLetterRefused { source, .. } if is_oversize(source) => ErrorClass::Fatal,
-            Self::DeadLetterRefused { source, .. } => classify_kafka(source),
+            Self::DeadLetterRefused { source, .. } | Self::Transaction { source, .. } => {
+                classify_kafka(source)
+            }
         }
     }
 
@@ -290,6 +382,8 @@ impl BridgeError {
         match self {
             Self::Config { .. } => "config",
             Self::Source { .. } => "source",
+            Self::Copy { .. } => "snapshot",
+            Self::SnapshotFilterChanged { .. } => "snapshot_filter",
             Self::StreamClosed { .. } => "invalidate",
             Self::HistoryLost { .. } => "history_lost",
             Self::ReplicaSetMismatch { .. } => "replica_set",
@@ -304,9 +398,32 @@ impl BridgeError {
             Self::Checkpoint { .. } => "checkpoint",
             Self::OffsetsDocument { .. } => "offsets_document",
             Self::Fenced { .. } => "fenced",
+            Self::Group { .. } => "group",
             Self::ConfigChanged { .. } => "config_changed",
             Self::TaskPanicked { .. } => "panic",
+            Self::Transaction { .. } => "transaction",
+            Self::Progress { .. } => "progress",
+            Self::TransactionTooLong { .. } => "transaction_too_long",
         }
+    }
+
+    /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
+    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`): either a newer producer of the same
+    /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
+    /// epoch (KAFKA-6119, librdkafka#3297). [`crate::pipeline`] tells the two apart by the
+    /// offsets document's epoch.
+    pub fn is_producer_fenced(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let code = match self {
+            Self::Transaction { source, .. } | Self::Delivery { source, .. } => {
+                source.rdkafka_error_code()
+            }
+            _ => None,
+        };
+        matches!(
+            code,
+            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch)
+        )
     }
 
     /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
@@ -314,7 +431,10 @@ impl BridgeError {
     pub fn is_producer_failure(&self) -> bool {
         matches!(
             self,
-            Self::Delivery { .. } | Self::DeliveryCancelled { .. } | Self::DeadLetterRefused { .. }
+            Self::Delivery { .. }
+                | Self::DeliveryCancelled { .. }
+                | Self::DeadLetterRefused { .. }
+                | Self::Transaction { .. }
         )
     }
 
@@ -356,75 +476,5 @@ pub(crate) fn command_error(code: i32) -> MongoError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_error_has_one_class_and_a_bounded_label() {
-        let cases = [
-            (
-                BridgeError::TaskPanicked {
-                    pipeline: "p".into(),
-                    task: "source",
-                    message: "boom".into(),
-                },
-                ErrorClass::Persistent,
-                "panic",
-            ),
-            (
-                BridgeError::ReplicaSetMismatch {
-                    configured: "rs0".into(),
-                    reported: "secantus".into(),
-                    host: "h:1".into(),
-                },
-                ErrorClass::Persistent,
-                "replica_set",
-            ),
-            (
-                BridgeError::Fenced {
-                    pipeline: "p".into(),
-                    epoch: 3,
-                },
-                ErrorClass::Fatal,
-                "fenced",
-            ),
-            (
-                BridgeError::DeliveryCancelled {
-                    pipeline: "p".into(),
-                },
-                ErrorClass::Transient,
-                "delivery_cancelled",
-            ),
-        ];
-        for (error, class, kind) in cases {
-            assert_eq!(error.class(), class, "{error}");
-            assert_eq!(error.kind(), kind, "{error}");
-        }
-    }
-
-    #[test]
-    fn a_refused_stub_is_fatal_when_too_large_and_follows_kafka_otherwise() {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let refused = |code| BridgeError::DeadLetterRefused {
-            pipeline: "p".into(),
-            topic: "dlq".into(),
-            key: "{}".into(),
-            source: Box::new(KafkaError::MessageProduction(code)),
-        };
-        assert_eq!(refused(C::MessageSizeTooLarge).class(), ErrorClass::Fatal);
-        assert_eq!(refused(C::MessageTimedOut).class(), ErrorClass::Transient);
-    }
-
-    #[test]
-    fn a_missing_topic_names_its_remedy() {
-        let error = BridgeError::Delivery {
-            pipeline: "p".into(),
-            topic: "t".into(),
-            source: Box::new(KafkaError::MessageProduction(
-                rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
-            )),
-        };
-        assert_eq!(error.class(), ErrorClass::Persistent);
-        assert!(error.remedy().contains("[kafka.topic_creation]"));
-    }
-}
+#[path = "error_tests.rs"]
+mod tests;

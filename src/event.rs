@@ -6,7 +6,11 @@
 //!   (<https://www.mongodb.com/docs/manual/changeStreams/#resume-tokens>).
 //! - [`ChangeEventView`] borrows the raw event as the server sent it; nothing is re-serialized.
 
+use std::sync::Arc;
+
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
+
+use crate::snapshot::{CopyTarget, Marker, Progress};
 
 /// A resumable position of a change stream: what the offsets document stores.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +39,10 @@ pub enum SourceItem {
         /// the event's records (dropping it returns the bytes).
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     },
+    /// An empty batch whose post-batch resume token did not move: nothing new, but everything
+    /// read so far is complete (no MongoDB transaction is partly read), so an exactly-once
+    /// pipeline may end its Kafka transaction here.
+    Idle,
     /// The post-batch resume token of an empty batch: a position past everything read so far.
     Watermark {
         /// The token.
@@ -42,6 +50,76 @@ pub enum SourceItem {
         /// When the empty batch arrived, as a `Timestamp` (wall clock, increment 0).
         position_time: Timestamp,
     },
+    /// One document a snapshot copied.
+    Copy {
+        /// Its namespace and snapshot.
+        target: Arc<CopyTarget>,
+        /// The document as the server sent it.
+        raw: RawDocumentBuf,
+        /// The reply's `operationTime`.
+        read_time: Option<Timestamp>,
+        /// The snapshot's state once this document is delivered: set on the last document of
+        /// each batch, `None` on the others.
+        progress: Option<Progress>,
+        /// Like an event's.
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
+    /// A snapshot's `snapshot_start` or `snapshot_end` markers for one namespace.
+    Marker {
+        /// The namespace and snapshot.
+        target: Arc<CopyTarget>,
+        /// Which.
+        marker: Marker,
+        /// Documents copied (for an end).
+        copied: u64,
+        /// The snapshot's state once the markers are delivered.
+        progress: Progress,
+    },
+    /// The snapshot's state alone, to commit once everything before it is delivered (a new
+    /// snapshot's plan, or one with nothing left to copy).
+    Progress(Progress),
+}
+
+/// The MongoDB multi-document transaction a change event belongs to: its `lsid` and
+/// `txnNumber` (<https://www.mongodb.com/docs/manual/reference/change-events/>). Events of one
+/// transaction are contiguous in the change stream and share both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MongoTransaction {
+    /// `lsid`, as the server sent it.
+    pub lsid: RawDocumentBuf,
+    /// `txnNumber`.
+    pub txn_number: i64,
+}
+
+impl MongoTransaction {
+    /// The transaction of `view`, when it has both `lsid` and `txnNumber`.
+    pub fn of(view: &ChangeEventView<'_>) -> Option<Self> {
+        Some(Self {
+            lsid: view.lsid?.to_raw_document_buf(),
+            txn_number: view.txn_number?,
+        })
+    }
+
+    /// `lsid` as relaxed Extended JSON, for error messages.
+    pub fn lsid_text(&self) -> String {
+        self.lsid
+            .to_document()
+            .map(|d| bson::Bson::Document(d).into_relaxed_extjson().to_string())
+            .unwrap_or_else(|_| "(unreadable)".to_owned())
+    }
+}
+
+/// What the relay publishes for the checkpointer: the delivered prefix's stream position and
+/// snapshot state, each the latest one in that prefix.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Safe {
+    /// The change stream's position.
+    pub stream: Option<Position>,
+    /// The running snapshot's state.
+    pub snapshot: Option<Progress>,
+    /// With `delivery = "exactly_once"`: the commit sequence of the Kafka transaction that
+    /// committed this state, and its progress record's offset (`None` at-least-once).
+    pub committed: Option<(i64, Option<i64>)>,
 }
 
 /// The fields of a change event the bridge reads, borrowed from the raw document.

@@ -1,5 +1,6 @@
-//! History-loss policy `skip`: gap markers that tell every consumer that changes were skipped,
-//! then the move of the position to the current cluster time.
+//! History-loss policies `skip` and `snapshot`: gap markers that tell every consumer that
+//! changes were skipped, then the move of the position to the current cluster time (with
+//! `snapshot`, in the same write, the request of a re-sync by snapshot).
 //!
 //! When a pipeline's committed resume token is no longer in the oplog and its policy is
 //! `on_history_lost = "skip"`, the bridge restarts at the current cluster time. Before it moves
@@ -49,6 +50,8 @@ pub struct Skip<'a> {
     pub store: &'a OffsetsStore,
     /// Our epoch.
     pub epoch: i64,
+    /// `on_history_lost = "snapshot"`: the re-sync requested with the move.
+    pub resync: Option<crate::snapshot::Request>,
 }
 
 impl Skip<'_> {
@@ -64,8 +67,22 @@ impl Skip<'_> {
         let from = committed.cluster_time.or(committed.position_time);
         let reason = format!("resume token no longer in the oplog ({lost})");
         let markers = publish(self.sink, p, self.prefix, self.metrics, from, to, &reason).await?;
-        self.store.move_to(self.epoch, to).await?;
+        self.store
+            .move_to(self.epoch, to, self.resync.as_ref())
+            .await?;
         self.metrics.restart("history_lost_skip");
+        if self.resync.is_some() {
+            error!(
+                pipeline = %p.name,
+                from = %from.map_or_else(|| "unknown".to_owned(), format_timestamp),
+                to = %format_timestamp(to),
+                markers,
+                "history lost: the changes between these cluster times are gone from the oplog; \
+                 published gap markers, restarting at the current time with a re-sync by \
+                 snapshot (on_history_lost = snapshot)"
+            );
+            return Ok(());
+        }
         error!(
             pipeline = %p.name,
             from = %from.map_or_else(|| "unknown".to_owned(), format_timestamp),
@@ -121,6 +138,20 @@ async fn publish(
             ),
         )
     })?;
+    // Exactly-once: the markers are one transaction of their own, committed before the
+    // position moves (the move takes no new records, so it needs no progress record).
+    let transaction_error = |operation, source| BridgeError::Transaction {
+        pipeline: p.name.clone(),
+        operation,
+        source: Box::new(source),
+    };
+    if sink.is_transactional() {
+        sink.init_transactions(GAP_TIMEOUT)
+            .await
+            .map_err(|e| transaction_error("init", e))?;
+        sink.begin_transaction()
+            .map_err(|e| transaction_error("begin", e))?;
+    }
     let key = own_document(&rawdoc! { "pipeline": p.name.as_str() }, p.key_format);
     let value = own_document(&marker(&p.name, from, to, reason), p.format);
     let format = format_header(p.format, JsonMode::Canonical);
@@ -140,6 +171,7 @@ async fn publish(
                 ("mongo.pipeline", p.name.as_bytes().to_vec()),
                 ("mongo.format", format.to_vec()),
             ],
+            partition: None,
         };
         for partition in 0..*partitions {
             let delivery = sink
@@ -151,6 +183,11 @@ async fn publish(
         }
     }
     let count = deliveries.len();
+    if sink.is_transactional() {
+        sink.commit_transaction(GAP_TIMEOUT)
+            .await
+            .map_err(|e| transaction_error("commit", e))?;
+    }
     for delivery in deliveries {
         delivery.delivered(&p.name).await?;
     }

@@ -44,6 +44,9 @@ pub struct PipelineHealth {
     standby: Mutex<Option<(String, i64)>>,
     /// Why the pipeline was refused (it never runs in this process).
     refused: Mutex<Option<String>>,
+    /// In a group: the pipeline is not assigned to this member (another one runs it). Such a
+    /// pipeline counts for neither readiness nor liveness here.
+    pub elsewhere: AtomicBool,
 }
 
 impl PipelineHealth {
@@ -61,6 +64,14 @@ impl PipelineHealth {
     /// Records that the pipeline was refused, and why.
     pub fn set_refused(&self, reason: &str) {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+    }
+
+    /// A new run begins (a group assigned the pipeline to this member): forget how the last
+    /// one ended.
+    pub fn begin_run(&self) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.stopped.store(false, Ordering::Relaxed);
+        self.elsewhere.store(false, Ordering::Relaxed);
     }
 
     fn refused(&self) -> Option<String> {
@@ -93,10 +104,23 @@ impl PipelineHealth {
 pub struct Health {
     /// Shutdown began: not ready any more.
     pub draining: AtomicBool,
-    /// Per pipeline, in config order.
-    pub pipelines: Vec<(String, Arc<PipelineHealth>)>,
+    /// Per pipeline, in config order (a reload adds and removes entries).
+    pipelines: std::sync::RwLock<Vec<(String, Arc<PipelineHealth>)>>,
     /// A running loop that has not ticked for this long is wedged (ms).
     liveness_timeout_ms: i64,
+    /// With `[bridge] group_id`: the membership's state.
+    group: Mutex<Option<GroupHealth>>,
+}
+
+/// A group member's state, for `/readyz`.
+#[derive(Debug, Clone, Default)]
+struct GroupHealth {
+    id: String,
+    joined: bool,
+    /// Per slot (`slot 3`) or pipeline: why this member cannot run it.
+    problems: std::collections::BTreeMap<String, String>,
+    /// The last error that keeps this member from joining.
+    error: Option<String>,
 }
 
 /// What `/readyz` answers.
@@ -113,20 +137,92 @@ impl Health {
     pub fn new(names: impl IntoIterator<Item = String>, liveness_timeout_ms: u64) -> Self {
         Self {
             draining: AtomicBool::new(false),
-            pipelines: names.into_iter().map(|n| (n, Arc::default())).collect(),
+            pipelines: std::sync::RwLock::new(
+                names.into_iter().map(|n| (n, Arc::default())).collect(),
+            ),
             liveness_timeout_ms: i64::try_from(liveness_timeout_ms).unwrap_or(i64::MAX),
+            group: Mutex::new(None),
         }
     }
 
-    /// The state of pipeline `name`; panics only if `name` was not configured (an invariant of
-    /// the app, which builds both from the same list).
+    /// This process is a member of group `id` (not yet joined): every pipeline starts as
+    /// assigned elsewhere.
+    pub fn set_group(&self, id: &str) {
+        *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(GroupHealth {
+            id: id.to_owned(),
+            ..GroupHealth::default()
+        });
+        for (_, p) in self.list().iter() {
+            p.elsewhere.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// An assignment arrived (possibly empty; `true`): this member has joined; or its session
+    /// was lost (`false`): not a member until the next assignment.
+    pub fn group_joined(&self, joined: bool) {
+        self.with_group(|g| g.joined = joined);
+    }
+
+    /// Records why this member cannot run `what` (`slot 3`, or a pipeline), `None`: the
+    /// problem is gone.
+    pub fn group_problem(&self, what: &str, problem: Option<String>) {
+        self.with_group(|g| {
+            match problem {
+                Some(text) => g.problems.insert(what.to_owned(), text),
+                None => g.problems.remove(what),
+            };
+        });
+    }
+
+    /// Records the last error that keeps this member from joining (`None`: it joined).
+    pub fn group_error(&self, error: Option<String>) {
+        self.with_group(|g| g.error = error);
+    }
+
+    /// Applies `change` to the group state, if this process is a group member.
+    fn with_group(&self, change: impl FnOnce(&mut GroupHealth)) {
+        if let Some(g) = self
+            .group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            change(g);
+        }
+    }
+
+    fn group(&self) -> Option<GroupHealth> {
+        self.group.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn list(&self) -> std::sync::RwLockReadGuard<'_, Vec<(String, Arc<PipelineHealth>)>> {
+        self.pipelines.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pipelines' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.list().iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The state of pipeline `name`, created when a reload added it (assigned elsewhere until
+    /// its run begins, in a group).
     pub fn pipeline(&self, name: &str) -> Arc<PipelineHealth> {
-        let (_, health) = self
-            .pipelines
-            .iter()
-            .find(|(n, _)| n == name)
-            .expect("health state exists for every configured pipeline");
-        Arc::clone(health)
+        if let Some((_, health)) = self.list().iter().find(|(n, _)| n == name) {
+            return Arc::clone(health);
+        }
+        let health = Arc::new(PipelineHealth::default());
+        if self.group().is_some() {
+            health.elsewhere.store(true, Ordering::Relaxed);
+        }
+        let mut list = self.pipelines.write().unwrap_or_else(|e| e.into_inner());
+        list.push((name.to_owned(), Arc::clone(&health)));
+        health
+    }
+
+    /// Forgets pipeline `name` (a reload removed it).
+    pub fn remove_pipeline(&self, name: &str) {
+        let mut list = self.pipelines.write().unwrap_or_else(|e| e.into_inner());
+        list.retain(|(n, _)| n != name);
     }
 
     /// Readiness, with the reasons when not ready and the standby notes either way.
@@ -137,7 +233,34 @@ impl Health {
         if self.draining.load(Ordering::Relaxed) {
             reasons.push("draining: shutdown in progress".to_owned());
         }
-        for (name, p) in &self.pipelines {
+        if let Some(g) = self.group() {
+            if g.joined {
+                let list = self.list();
+                let runs = |p: &PipelineHealth| {
+                    !p.elsewhere.load(Ordering::Relaxed) && !p.stopped.load(Ordering::Relaxed)
+                };
+                let owned = list.iter().filter(|(_, p)| runs(p));
+                notes.push(format!(
+                    "group {}: member, runs {} pipeline(s)",
+                    g.id,
+                    owned.count()
+                ));
+            } else {
+                let last = g.error.as_ref().map(|e| format!(" (last error: {e})"));
+                reasons.push(format!(
+                    "group {}: joining, no assignment yet{}",
+                    g.id,
+                    last.unwrap_or_default()
+                ));
+            }
+            for (what, problem) in &g.problems {
+                reasons.push(format!("group {}: {what}: {problem}", g.id));
+            }
+        }
+        for (name, p) in self.list().iter() {
+            if p.elsewhere.load(Ordering::Relaxed) {
+                continue;
+            }
             if let Some(reason) = p.refused() {
                 reasons.push(format!("pipeline {name}: refused: {reason}"));
                 continue;
@@ -187,7 +310,7 @@ impl Health {
         let now = now_ms();
         let limit = self.liveness_timeout_ms;
         let wedged: Vec<String> = self
-            .pipelines
+            .list()
             .iter()
             .filter(|(_, p)| !p.stopped.load(Ordering::Relaxed))
             .filter(|(_, p)| {
@@ -320,5 +443,49 @@ mod tests {
         assert_eq!(health.liveness(), Ok(()));
         a.beat();
         assert_eq!(health.liveness(), Ok(()));
+    }
+
+    #[test]
+    fn a_group_member_is_ready_once_joined_with_what_it_runs_and_not_with_a_slot_it_cannot_run() {
+        let health = Health::new(["a".to_owned(), "b".to_owned()], 120_000);
+        health.set_group("g");
+        assert_eq!(
+            health.readiness(1000),
+            not_ready(&["group g: joining, no assignment yet"])
+        );
+        health.group_joined(true);
+        assert_eq!(
+            health.readiness(1000),
+            ready(&["group g: member, runs 0 pipeline(s)"])
+        );
+        let a = health.pipeline("a");
+        a.begin_run();
+        a.stream_open.store(true, Ordering::Relaxed);
+        assert_eq!(
+            health.readiness(1000),
+            ready(&["group g: member, runs 1 pipeline(s)"])
+        );
+        health.group_problem(
+            "slot 3",
+            Some("assigned pipeline \"x\", unknown here".to_owned()),
+        );
+        assert_eq!(
+            health.readiness(1000),
+            not_ready(&[
+                "group g: slot 3: assigned pipeline \"x\", unknown here",
+                "group g: member, runs 1 pipeline(s)"
+            ])
+        );
+        health.group_problem("slot 3", None);
+        // A lost session: not a member until the next assignment.
+        health.group_joined(false);
+        assert!(!health.readiness(1000).ready);
+        health.group_joined(true);
+        // A pipeline a reload adds is elsewhere until the group assigns it here.
+        let c = health.pipeline("c");
+        assert!(c.elsewhere.load(Ordering::Relaxed));
+        health.remove_pipeline("c");
+        assert_eq!(health.names(), vec!["a".to_owned(), "b".to_owned()]);
+        assert!(health.readiness(1000).ready);
     }
 }

@@ -7,6 +7,9 @@
 //! - [`admin`]: metadata, topic configurations and topic creation (`check`, `[kafka.topic_creation]`).
 //! - [`context`]: the clients' librdkafka context: statistics as metrics, logs made actionable.
 //! - [`topics`]: which topic a record goes to, and the rule for the bridge's own topics.
+//! - [`group`]: the group membership's consumer (`[bridge] group_id`) and its thread.
+//! - [`transactions`]: the Kafka transactions of an exactly-once pipeline's producer.
+//! - [`progress`]: the progress topic of exactly-once pipelines, and its startup read.
 //!
 //! Invariants:
 //! - The producer always runs with `enable.idempotence=true`, `acks=all`,
@@ -30,8 +33,11 @@ pub(crate) mod admin;
 pub(crate) mod context;
 pub(crate) mod dead_letter;
 pub(crate) mod delivery;
+pub mod group;
+pub mod progress;
 pub(crate) mod sink;
 pub mod topics;
+pub(crate) mod transactions;
 
 /// Properties the bridge sets after the user's, so they always hold.
 pub const PROTECTED: [(&str, &str); 4] = [
@@ -155,6 +161,8 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect(),
             topic_creation: Default::default(),
+            transactional_id_prefix: None,
+            group_properties: Default::default(),
         }
     }
 

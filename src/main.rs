@@ -51,6 +51,19 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         min_oplog_window_hours: f64,
     },
+    /// Ask a pipeline's owner to copy its namespace(s) again while it keeps streaming (a
+    /// snapshot, with snapshot_start/snapshot_end markers); the request waits in the offsets
+    /// document while no owner runs.
+    Snapshot {
+        /// Pipeline name.
+        name: String,
+        /// Only this namespace (`db.collection`, inside the pipeline's scope).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Path of the TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Inspect or move the committed positions in the offsets collection.
     Offsets {
         /// Path of the TOML configuration file.
@@ -118,7 +131,9 @@ fn main() -> ExitCode {
         None => telemetry::init(cli.log_format),
     }
     let path = match &cli.command {
-        Command::Run { config, .. } | Command::Check { config, .. } => config.clone(),
+        Command::Run { config, .. }
+        | Command::Check { config, .. }
+        | Command::Snapshot { config, .. } => config.clone(),
         Command::Offsets {
             config: Some(c), ..
         } => c.clone(),
@@ -150,7 +165,7 @@ fn main() -> ExitCode {
     let secrets = config.secrets();
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let result = match cli.command {
-        Command::Run { .. } => runtime.block_on(run(config, live_status)),
+        Command::Run { .. } => runtime.block_on(run(config, &path, live_status)),
         Command::Check {
             min_oplog_window_hours,
             ..
@@ -159,6 +174,11 @@ fn main() -> ExitCode {
                 min_oplog_window: Duration::from_secs_f64(min_oplog_window_hours.max(0.0) * 3600.0),
             };
             return runtime.block_on(run_check(config, &options, &secrets));
+        }
+        Command::Snapshot {
+            name, namespace, ..
+        } => {
+            return runtime.block_on(run_snapshot(config, name, namespace.as_deref(), &secrets));
         }
         Command::Offsets { command, .. } => {
             let Some(command) = offsets_command(command) else {
@@ -182,17 +202,48 @@ fn failed(e: &BridgeError, secrets: &[&str]) -> ExitCode {
     }
 }
 
-async fn run(config: Config, live_status: Option<Status>) -> Result<(), BridgeError> {
-    let names: Vec<String> = config.pipelines.iter().map(|p| p.name.clone()).collect();
+async fn run(
+    config: Config,
+    path: &std::path::Path,
+    live_status: Option<Status>,
+) -> Result<(), BridgeError> {
     let stop_status = tokio_util::sync::CancellationToken::new();
     let result = app::run_observed(config, shutdown_signal(), |bridge| {
         if let Some(s) = &live_status {
-            s.start(bridge.metrics().clone(), names, stop_status.clone());
+            s.start(
+                bridge.metrics().clone(),
+                bridge.health(),
+                stop_status.clone(),
+            );
         }
+        reload_on_sighup(bridge.reloader(), path.to_owned(), stop_status.clone());
     })
     .await;
     stop_status.cancel();
     result
+}
+
+/// Applies the configuration file's `[[pipelines]]` changes on every SIGHUP until `stop`.
+fn reload_on_sighup(
+    reloader: std::sync::Arc<mongo_kafka_bridge::reload::Reloader>,
+    path: std::path::PathBuf,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                got = hup.recv() => if got.is_none() { return },
+            }
+            tracing::info!(config = %path.display(), "SIGHUP: reloading the configuration");
+            // The outcome is logged by the reloader.
+            let _ = reloader.reload(&path);
+        }
+    });
 }
 
 async fn run_check(config: Config, options: &check::CheckOptions, secrets: &[&str]) -> ExitCode {
@@ -245,6 +296,20 @@ async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) 
     match offsets_cli::run(&config, &command, &mut out).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        Err(e) => failed(&e, secrets),
+    }
+}
+
+async fn run_snapshot(
+    config: Config,
+    name: String,
+    namespace: Option<&str>,
+    secrets: &[&str],
+) -> ExitCode {
+    let mut out = std::io::stdout();
+    match mongo_kafka_bridge::snapshot::command::run(&config, &name, namespace, &mut out).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(2),
         Err(e) => failed(&e, secrets),
     }
 }

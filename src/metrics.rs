@@ -15,14 +15,35 @@ use prometheus::{
 };
 
 mod families;
+mod group;
 mod handles;
 mod librdkafka;
 pub mod read;
+mod snapshot;
+mod transactions;
+
+pub use group::GroupMetrics;
+pub use snapshot::SnapshotMetrics;
+pub use transactions::{
+    TRANSACTION_COMMIT_DURATION, TRANSACTION_DURATION, TRANSACTION_RECORDS, TRANSACTIONS,
+    TransactionMetrics,
+};
 
 use families::{counter, float_gauge, gauge, histogram, seconds_buckets};
 pub use handles::{PipelineMetrics, TopicMetrics};
 pub use librdkafka::RdkafkaGauges;
 
+/// Changes of this member's group assignment, by `kind` (`assigned`, `revoked`, `lost`, `error`).
+pub const GROUP_REBALANCES: &str = "mongo_kafka_bridge_group_rebalances_total";
+/// Seconds from a revocation to the revoked pipelines' stop.
+pub const GROUP_REVOKE_DURATION: &str = "mongo_kafka_bridge_group_revoke_duration_seconds";
+/// Pipelines the group assigned to this member and that it runs.
+pub const GROUP_OWNED: &str = "mongo_kafka_bridge_group_owned_pipelines";
+/// Configured pipelines whose slot has no partition of the control topic (no member can run
+/// them).
+pub const GROUP_UNASSIGNABLE: &str = "mongo_kafka_bridge_group_unassignable_pipelines";
+/// Configuration reloads (SIGHUP), by `outcome`: `applied`, `unchanged`, `rejected`.
+pub const CONFIG_RELOADS: &str = "mongo_kafka_bridge_config_reloads_total";
 /// Change events read, by `pipeline`, `operation_type`.
 pub const SOURCE_EVENTS: &str = "mongo_kafka_bridge_source_events_total";
 /// Raw change event bytes read, by `pipeline`.
@@ -89,6 +110,12 @@ pub const RDKAFKA_OUTBUF_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_outbuf_mes
 pub const RDKAFKA_WAITRESP_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_waitresp_messages";
 /// librdkafka `txretries` summed over brokers: produce request retries, by `pipeline`.
 pub const RDKAFKA_RETRIES: &str = "mongo_kafka_bridge_rdkafka_retries_total";
+/// Documents a snapshot copied, by `pipeline` and `namespace`.
+pub const SNAPSHOT_DOCUMENTS: &str = "mongo_kafka_bridge_snapshot_documents_total";
+/// Estimate of the documents a running copy has left, by `pipeline` and `namespace`.
+pub const SNAPSHOT_REMAINING: &str = "mongo_kafka_bridge_snapshot_remaining_documents";
+/// 1 while a namespace is being copied, by `pipeline` and `namespace`.
+pub const SNAPSHOT_RUNNING: &str = "mongo_kafka_bridge_snapshot_running";
 /// Constant 1 with `version` and `git_sha`.
 pub const BUILD_INFO: &str = "mongo_kafka_bridge_build_info";
 
@@ -100,7 +127,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 30] = [
+pub const ALL: [&str; 37] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -130,7 +157,14 @@ pub const ALL: [&str; 30] = [
     RDKAFKA_OUTBUF_MESSAGES,
     RDKAFKA_WAITRESP_MESSAGES,
     RDKAFKA_RETRIES,
+    SNAPSHOT_DOCUMENTS,
+    SNAPSHOT_REMAINING,
+    SNAPSHOT_RUNNING,
     BUILD_INFO,
+    TRANSACTIONS,
+    TRANSACTION_DURATION,
+    TRANSACTION_COMMIT_DURATION,
+    TRANSACTION_RECORDS,
 ];
 
 /// All metric families, registered in one (non-global) registry. Cheap to clone (handles).
@@ -162,10 +196,17 @@ pub struct Metrics {
     pipeline_owned: IntGaugeVec,
     pipeline_refused: IntGaugeVec,
     rdkafka: librdkafka::Families,
+    snapshot: snapshot::Families,
+    transactions: transactions::Families,
+    /// The group membership's series.
+    pub group: GroupMetrics,
+    reloads: IntCounterVec,
     /// Committed position time (Unix seconds) per pipeline, for the scrape-time lag and headroom.
     committed: Arc<Mutex<HashMap<String, f64>>>,
     /// Oldest and newest oplog entry times (Unix seconds), when the server reports them.
     oplog: Arc<Mutex<Option<(f64, f64)>>>,
+    /// Pipelines a reload removed: their series are no longer exported.
+    retired: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -297,8 +338,18 @@ impl Metrics {
                 "1 when the configured stream differs from the committed position's.",
             ),
             rdkafka: librdkafka::Families::register(&r),
+            snapshot: snapshot::Families::register(&r),
+            transactions: transactions::Families::register(&r),
+            group: GroupMetrics::register(&r),
+            reloads: counter(
+                &r,
+                CONFIG_RELOADS,
+                "Configuration reloads (SIGHUP), by outcome.",
+                &["outcome"],
+            ),
             committed: Arc::default(),
             oplog: Arc::default(),
+            retired: Arc::default(),
             registry: r,
         }
     }
@@ -323,6 +374,12 @@ impl Metrics {
             refused: self.pipeline_refused.with_label_values(&[name]),
             events_read: handles::OpCounters::default(),
         }
+    }
+
+    /// The Kafka transaction handles of pipeline `name` (exactly-once pipelines only, so
+    /// at-least-once ones export no transaction series).
+    pub fn transactions(&self, name: &str) -> TransactionMetrics {
+        self.transactions.pipeline(name)
     }
 
     /// Committed position times (Unix seconds) by pipeline, as last reported by the checkpointer.
@@ -368,18 +425,49 @@ impl Metrics {
 
     /// The text exposition format of every family; refreshes the scrape-time gauges first.
     pub fn render(&self) -> String {
-        self.refresh();
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&self.gather(), &mut out)
             .unwrap_or_default();
         String::from_utf8(out).unwrap_or_default()
     }
 
-    /// Every family's current samples (for the terminal status).
+    /// Every family's current samples (for the terminal status), without the series of
+    /// retired pipelines.
     pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.refresh();
-        self.registry.gather()
+        let mut families = self.registry.gather();
+        let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        if retired.is_empty() {
+            return families;
+        }
+        let live = |m: &prometheus::proto::Metric| {
+            !m.get_label()
+                .iter()
+                .any(|l| l.name() == "pipeline" && retired.contains(l.value()))
+        };
+        for family in &mut families {
+            let kept: Vec<_> = family.take_metric().into_iter().filter(live).collect();
+            family.set_metric(kept);
+        }
+        families.retain(|f| !f.get_metric().is_empty());
+        families
+    }
+
+    /// Counts one configuration reload with `outcome` (`applied`, `unchanged`, `rejected`).
+    pub fn reload(&self, outcome: &'static str) {
+        self.reloads.with_label_values(&[outcome]).inc();
+    }
+
+    /// Stops (`true`) or resumes (`false`) exporting the series of pipeline `name` (a reload
+    /// removed or added it).
+    pub fn retire(&self, name: &str, retired: bool) {
+        let mut set = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        if retired {
+            set.insert(name.to_owned());
+        } else {
+            set.remove(name);
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
-//!   startAtOperationTime?, fingerprint?, stream?, keyFormat?}`.
+//!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
+//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?}` ([`snapshot`]
+//!   has the snapshot's fields, [`progress`] the exactly-once ones).
 //!
 //! Invariants:
 //! - Only this module names the document's fields ([`fields`]).
@@ -18,6 +20,9 @@
 //! - Every write uses write concern `majority`, so a committed position survives a failover.
 //! - Moving a position to a cluster time without a token is one update ([`moved_to`]), whoever
 //!   makes it (the history-loss policy `skip`, `offsets reset`).
+//! - `commitSequence` rises with every commit and never resets; `resetSequence` rises with every
+//!   operator reset. With `delivery = "exactly_once"` they decide whether the progress record
+//!   in Kafka or this document is newer ([`progress::newer`]).
 //! - The position belongs to the stream identity recorded with it ([`identity`]): a take-over by
 //!   an instance whose configured identity differs is refused before the epoch moves, so it
 //!   never fences the owner that runs the recorded one. An operator's reset removes the
@@ -29,14 +34,27 @@ pub mod admin;
 pub mod command;
 mod format;
 pub mod identity;
+pub mod progress;
+pub(crate) mod snapshot;
 mod store;
 
 pub use identity::StreamIdentity;
+
+/// The bridge's own collections in the offsets database: the offsets and, beside them, the
+/// group slots (`crate::group::slots`). No stream publishes them and no snapshot copies them.
+pub fn own_collections(offsets_collection: &str) -> [String; 2] {
+    [
+        offsets_collection.to_owned(),
+        crate::group::slots::collection_name(offsets_collection),
+    ]
+}
 pub use store::OffsetsStore;
 
 /// The schema version this binary writes and understands. 2: the stream identity
-/// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore.
-pub const SCHEMA_VERSION: i64 = 2;
+/// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore. 3: the
+/// snapshot (`snapshot`, `snapshotRequest`): an older binary would stream on and leave the copy
+/// unfinished without a word.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The document's field names.
 pub(crate) mod fields {
@@ -72,6 +90,22 @@ pub(crate) mod fields {
     pub const STREAM: &str = "stream";
     /// The key format the records were written in: `json` or `bson`.
     pub const KEY_FORMAT: &str = "keyFormat";
+    /// The running snapshot's state ([`super::snapshot`]).
+    pub const SNAPSHOT: &str = "snapshot";
+    /// A snapshot asked for and not started yet.
+    pub const SNAPSHOT_REQUEST: &str = "snapshotRequest";
+    /// The last finished snapshot's summary.
+    pub const LAST_SNAPSHOT: &str = "lastSnapshot";
+    /// Commits over the pipeline's life (never resets).
+    pub const COMMIT_SEQUENCE: &str = "commitSequence";
+    /// Operator resets over the pipeline's life.
+    pub const RESET_SEQUENCE: &str = "resetSequence";
+    /// The delivery mode of the last owner: `at_least_once` or `exactly_once`.
+    pub const DELIVERY: &str = "delivery";
+    /// Offset of the last committed progress record in the progress topic (exactly-once).
+    pub const PROGRESS_OFFSET: &str = "progressOffset";
+    /// In a progress record: the topic prefix of the deployment that wrote it.
+    pub const TOPIC_PREFIX: &str = "topicPrefix";
 }
 
 /// An offsets document as read.
@@ -101,6 +135,18 @@ pub struct OffsetsDoc {
     pub stream: Option<Document>,
     /// The key format of the records written so far.
     pub key_format: Option<String>,
+    /// The running snapshot, as far as it is delivered.
+    pub snapshot: Option<crate::snapshot::SnapshotState>,
+    /// A snapshot asked for and not started yet.
+    pub snapshot_request: Option<crate::snapshot::Request>,
+    /// Commits so far (0 when never written).
+    pub commit_sequence: i64,
+    /// Operator resets so far.
+    pub reset_sequence: i64,
+    /// The delivery mode of the owner that wrote last, when recorded.
+    pub delivery: Option<String>,
+    /// Offset of the last committed progress record (exactly-once).
+    pub progress_offset: Option<i64>,
 }
 
 fn integer(d: &Document, key: &str) -> Result<Option<i64>, String> {
@@ -150,6 +196,12 @@ impl OffsetsDoc {
             fingerprint: d.get_str(fields::FINGERPRINT).ok().map(str::to_owned),
             stream: d.get_document(fields::STREAM).ok().cloned(),
             key_format: d.get_str(fields::KEY_FORMAT).ok().map(str::to_owned),
+            snapshot: snapshot::state_from(d)?,
+            snapshot_request: snapshot::request_from(d)?,
+            commit_sequence: integer(d, fields::COMMIT_SEQUENCE)?.unwrap_or(0),
+            reset_sequence: integer(d, fields::RESET_SEQUENCE)?.unwrap_or(0),
+            delivery: d.get_str(fields::DELIVERY).ok().map(str::to_owned),
+            progress_offset: integer(d, fields::PROGRESS_OFFSET)?,
         })
     }
 
@@ -198,7 +250,7 @@ mod tests {
             OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64, "schemaVersion": 99_i64 })
                 .expect_err("newer");
         assert!(error.contains("schemaVersion 99"), "{error}");
-        assert!(error.contains("understands up to 2"), "{error}");
+        assert!(error.contains("understands up to 3"), "{error}");
         let older = OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64 }).expect("older");
         assert_eq!(older.schema_version, 0);
         assert_eq!(older.epoch, Some(3));

@@ -30,7 +30,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, PipelineConfig};
+use crate::config::{Config, Delivery, PipelineConfig};
 use crate::error::policy::{self, Action, Attempts};
 use crate::error::{BridgeError, ErrorClass, report};
 use crate::gap::Skip;
@@ -41,6 +41,8 @@ use crate::kafka::sink::KafkaSink;
 use crate::metrics::PipelineMetrics;
 use crate::offsets::{OffsetsStore, StreamIdentity};
 
+mod exactly_once;
+mod hold;
 mod run;
 mod stage;
 mod standby;
@@ -51,6 +53,7 @@ pub(crate) use stage::panicked;
 const HEALTHY_RUN: Duration = Duration::from_secs(60);
 
 /// Everything one pipeline needs.
+#[derive(Clone)]
 pub struct PipelineContext {
     /// The whole config (for `[kafka]` and `[bridge]`).
     pub config: Arc<Config>,
@@ -95,10 +98,23 @@ impl PipelineContext {
         report(error, &secrets)
     }
 
-    /// A new producer for this pipeline, its statistics into the pipeline's series.
-    pub fn new_sink(config: &Config, metrics: &PipelineMetrics) -> Result<KafkaSink, BridgeError> {
+    /// A new producer for pipeline `p`, its statistics into the pipeline's series. With
+    /// `delivery = "exactly_once"` it is transactional ([`Config::transactional_id`]), and its
+    /// `message.timeout.ms` default is at most `transaction.timeout.ms`.
+    pub fn new_sink(
+        config: &Config,
+        p: &PipelineConfig,
+        metrics: &PipelineMetrics,
+    ) -> Result<KafkaSink, BridgeError> {
         let context = KafkaContext::new(metrics.rdkafka_gauges());
-        KafkaSink::new(&config.kafka, config.message_timeout_ms(), context)
+        let exactly_once = p.delivery == Delivery::ExactlyOnce;
+        let mut message_timeout = config.message_timeout_ms();
+        if exactly_once {
+            message_timeout =
+                message_timeout.min(crate::config::transactions::transaction_timeout_ms(config));
+        }
+        let id = exactly_once.then(|| config.transactional_id(&p.name));
+        KafkaSink::new(&config.kafka, message_timeout, id.as_deref(), context)
             .map_err(|e| BridgeError::Producer(Box::new(e)))
     }
 }
@@ -111,6 +127,11 @@ pub enum Ended {
     /// Its configured stream differs from the one its position belongs to: it never ran, it is
     /// not ready, and the other pipelines run on.
     Refused,
+    /// In a group: another instance took it while the group assigns it here (an operator's
+    /// forced reset, an instance without `group_id`, or this member was evicted and has not
+    /// noticed yet). The group supervisor takes it again if the slot is still assigned here
+    /// after a session timeout.
+    Fenced,
 }
 
 /// Runs the pipeline until `cancel` fires (`Ok(Stopped)`), the configuration is refused
@@ -178,6 +199,11 @@ async fn lifecycle(
         let mut error = explain(ctx, store, *epoch, error).await;
         ctx.metrics.error(error.kind(), error.class().label());
         if cancel.is_cancelled() {
+            if matches!(error, BridgeError::StreamClosed { .. }) {
+                // An invalidate met the shutdown: what was read is committed, and the next
+                // start reopens after it, as a reopen would have.
+                return Ok(Ended::Stopped);
+            }
             error!(pipeline = %p.name, error = %ctx.report(&error), "pipeline stopped");
             return Err(error);
         }
@@ -206,6 +232,20 @@ async fn lifecycle(
         }
         ctx.metrics.restart(error.kind());
         match action {
+            Action::StandBy if ctx.config.bridge.group_id.is_some() => {
+                // Taken only on assignment: a released lease must not let this member take a
+                // pipeline the group gave to another.
+                *epoch = None;
+                error!(pipeline = %p.name, error = %ctx.report(&error),
+                       "pipeline stopped: fenced while the group assigns it here; it runs again \
+                        when the group assigns it next (is an instance without group_id running?)");
+                ctx.health.set_refused(
+                    "fenced by another instance while the group assigns it to this member (an \
+                     instance without [bridge] group_id, or a forced offsets reset); taken again \
+                     after a session timeout if the group still assigns it here",
+                );
+                return Ok(Ended::Fenced);
+            }
             Action::StandBy => {
                 *epoch = None;
                 ctx.metrics.owned.set(0);
@@ -239,11 +279,16 @@ async fn lifecycle(
                 }
             }
         }
+        let exactly_once = p.delivery == Delivery::ExactlyOnce;
         if error.is_producer_failure() {
             ctx.health
                 .kafka_failing
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            ctx.sink = PipelineContext::new_sink(&ctx.config, &ctx.metrics)?;
+        }
+        if error.is_producer_failure() || exactly_once {
+            // Exactly-once: whatever ended the run, the producer may hold an open transaction
+            // (or a fenced state); the new one's init_transactions aborts it.
+            ctx.sink = PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics)?;
         }
     }
 }
@@ -308,7 +353,35 @@ async fn explain(
                 .await
                 .unwrap_or(error)
         }
+        error if error.is_producer_fenced() => coordinator_or_owner(store, epoch, error).await,
         other => other,
+    }
+}
+
+/// A fenced transactional producer: another instance took the pipeline (a newer epoch in the
+/// offsets document: [`BridgeError::Fenced`]), or the transaction coordinator timed our
+/// transaction out and bumped the producer epoch (KAFKA-6119, librdkafka#3297), which is
+/// transient: the restart builds a new producer. Stays `error` when the document cannot be
+/// read (transient either way).
+async fn coordinator_or_owner(
+    store: &OffsetsStore,
+    epoch: Option<i64>,
+    error: BridgeError,
+) -> BridgeError {
+    let Some(held) = epoch else { return error };
+    match store.read().await {
+        Ok(Some(doc)) if doc.epoch != Some(held) => BridgeError::Fenced {
+            pipeline: store.pipeline().to_owned(),
+            epoch: held,
+        },
+        Ok(_) => {
+            warn!(pipeline = %store.pipeline(), epoch = held,
+                  "the Kafka transaction coordinator fenced our producer while the offsets \
+                   document still names us the owner: a transaction timed out \
+                   (transaction.timeout.ms); restarting with a new producer");
+            error
+        }
+        Err(_) => error,
     }
 }
 
@@ -331,6 +404,13 @@ async fn skip(
         metrics: &ctx.metrics,
         store,
         epoch,
+        resync: (ctx.pipeline.on_history_lost == crate::config::OnHistoryLost::Snapshot).then(
+            || crate::snapshot::Request {
+                reason: crate::snapshot::Reason::HistoryLost,
+                namespace: None,
+                requested_at: bson::DateTime::now(),
+            },
+        ),
     };
     skip.run(to, lost).await
 }

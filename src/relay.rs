@@ -37,26 +37,47 @@ use tokio_util::sync::CancellationToken;
 
 use crate::encode::{EncodedEvent, Record, RecordEncoder};
 use crate::error::{BridgeError, is_oversize};
-use crate::event::{Position, SourceItem, timestamp_now};
+use crate::event::{Position, Safe, SourceItem, timestamp_now};
 use crate::health::{PipelineHealth, now_ms};
 use crate::kafka::admin::TopicCreator;
 use crate::kafka::dead_letter::Refused;
 use crate::kafka::delivery::{Delivery, DeliveryContext, EventDeliveries};
 use crate::kafka::sink::{EnqueueError, KafkaSink};
 use crate::metrics::{PipelineMetrics, TopicMetrics};
+use crate::snapshot::Progress;
 use crate::window::OrderedWindow;
 
 /// Bound of one burst in `complete_ready`, so a full window of completed entries (up to
 /// `max_in_flight_events`) does not hold the runtime thread for long without a yield.
 const MAX_COMPLETIONS_PER_WAKE: usize = 1024;
 
-/// An event whose records are partly enqueued (the queue was full).
+/// An event (or copied document, or markers) whose records are partly enqueued (the queue
+/// was full).
 struct Pending {
     records: VecDeque<Record>,
     deliveries: Vec<Delivery>,
-    encoded: EncodedEvent,
+    kind: Kind,
     bytes: usize,
     topic: Arc<str>,
+}
+
+/// What a pending entry is, for the position its window entry yields.
+enum Kind {
+    /// A change event: its position is built when it enters the window.
+    Event(EncodedEvent),
+    /// A snapshot's copied document or markers: the snapshot's state it completes, if any.
+    Snapshot(&'static str, Option<Progress>),
+}
+
+/// What a window entry yields once it and everything before it is delivered.
+#[derive(Debug)]
+pub(crate) enum Mark {
+    /// A position of the change stream.
+    Stream(Position),
+    /// A snapshot's state.
+    Snapshot(Progress),
+    /// Nothing to commit (a copied document inside a batch).
+    Nothing,
 }
 
 /// Resolves after a short pause when `wanted`, never otherwise: the retry of an event whose
@@ -87,11 +108,13 @@ pub struct Relay {
     pipeline: Arc<str>,
     encoder: RecordEncoder,
     sink: KafkaSink,
-    window: OrderedWindow<Position, BridgeError>,
+    window: OrderedWindow<Mark, BridgeError>,
     limits: Limits,
     metrics: PipelineMetrics,
     health: Arc<PipelineHealth>,
-    safe: watch::Sender<Option<Position>>,
+    safe: watch::Sender<Safe>,
+    /// The delivered prefix's latest stream position and snapshot state.
+    delivered: Safe,
     last_cluster_time: Option<Timestamp>,
     last_wall_time_ms: Option<i64>,
     event_count: u64,
@@ -103,6 +126,10 @@ pub struct Relay {
     /// Creates missing topics before their first record (`[kafka.topic_creation]`).
     topics: Option<TopicCreator>,
     last_position_time: Timestamp,
+    /// Partition counts of the topics markers went to.
+    partitions: std::collections::HashMap<Arc<str>, i32>,
+    /// With `delivery = "exactly_once"`: the Kafka transactions ([`transaction`]).
+    txn: Option<transaction::Transactions>,
 }
 
 impl Relay {
@@ -114,7 +141,7 @@ impl Relay {
         limits: Limits,
         metrics: PipelineMetrics,
         health: Arc<PipelineHealth>,
-        safe: watch::Sender<Option<Position>>,
+        safe: watch::Sender<Safe>,
     ) -> Self {
         let context = Arc::new(DeliveryContext {
             pipeline: Arc::from(pipeline),
@@ -131,6 +158,7 @@ impl Relay {
             metrics,
             health,
             safe,
+            delivered: Safe::default(),
             last_cluster_time: None,
             last_wall_time_ms: None,
             event_count: 0,
@@ -142,7 +170,16 @@ impl Relay {
                 time: 0,
                 increment: 0,
             },
+            partitions: std::collections::HashMap::new(),
+            txn: None,
         }
+    }
+
+    /// Delivers exactly once: records in Kafka transactions with their progress record, the
+    /// state published only once its transaction committed (see [`transaction`]).
+    pub fn with_transactions(mut self, txn: transaction::Transactions) -> Self {
+        self.txn = Some(txn);
+        self
     }
 
     /// Sends records Kafka refuses as too large to `topic` as stubs (`on_oversize =
@@ -193,6 +230,19 @@ impl Relay {
     /// delivery or encoding fails (returns that error; the safe position stays before it).
     pub async fn run(
         mut self,
+        rx: mpsc::Receiver<SourceItem>,
+        cancel: CancellationToken,
+    ) -> Result<(), BridgeError> {
+        let result = self.run_loop(rx, cancel).await;
+        if result.is_err() {
+            // Nothing of the open transaction becomes visible; it is read again after restart.
+            self.abort_transaction().await;
+        }
+        result
+    }
+
+    async fn run_loop(
+        &mut self,
         mut rx: mpsc::Receiver<SourceItem>,
         cancel: CancellationToken,
     ) -> Result<(), BridgeError> {
@@ -229,6 +279,12 @@ impl Relay {
                 _ = tick.tick() => {
                     self.health.beat();
                     self.publish_gauges();
+                    if pending.is_none()
+                        && let Err(error) = self.at_rest(false).await
+                    {
+                        self.abort_transaction().await;
+                        return Err(error);
+                    }
                 }
             }
         }
@@ -262,22 +318,33 @@ impl Relay {
                 }
                 let mut encoded = encoded;
                 let records = std::mem::take(&mut encoded.records);
-                let bytes = records.iter().map(Record::size).sum();
-                let topic = records
-                    .first()
-                    .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
-                if let Some(creator) = &mut self.topics {
-                    creator.ensure(&topic).await?;
-                }
-                let records = VecDeque::from(records);
-                let pending = Pending {
-                    records,
-                    deliveries: Vec::with_capacity(2),
-                    encoded,
-                    bytes,
-                    topic,
-                };
-                self.enqueue(pending)
+                self.before_records(encoded.transaction.as_ref(), true, &records)
+                    .await?;
+                self.enqueue_new(records, Kind::Event(encoded)).await
+            }
+            SourceItem::Copy {
+                target,
+                raw,
+                read_time,
+                progress,
+                permit,
+            } => {
+                let _permit = permit;
+                self.accept_copy(&target, &raw, read_time, progress).await
+            }
+            SourceItem::Marker {
+                target,
+                marker,
+                copied,
+                progress,
+            } => self.accept_markers(&target, marker, copied, progress).await,
+            SourceItem::Progress(progress) => {
+                self.window.push_watermark(Mark::Snapshot(progress));
+                Ok(None)
+            }
+            SourceItem::Idle => {
+                self.at_rest(true).await?;
+                Ok(None)
             }
             SourceItem::Watermark {
                 token,
@@ -294,10 +361,35 @@ impl Relay {
                     wall_time_ms: self.last_wall_time_ms,
                     event_count: self.event_count,
                 };
-                self.window.push_watermark(position);
+                self.window.push_watermark(Mark::Stream(position));
+                self.at_rest(true).await?;
                 Ok(None)
             }
         }
+    }
+
+    /// Enqueues the records of one event, copied document or markers (their topic made sure of
+    /// first); returns them back as pending if the queue filled up.
+    async fn enqueue_new(
+        &mut self,
+        records: Vec<Record>,
+        kind: Kind,
+    ) -> Result<Option<Pending>, BridgeError> {
+        let bytes = records.iter().map(Record::size).sum();
+        let topic = records
+            .first()
+            .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
+        if let Some(creator) = &mut self.topics {
+            creator.ensure(&topic).await?;
+        }
+        let pending = Pending {
+            deliveries: Vec::with_capacity(records.len()),
+            records: VecDeque::from(records),
+            kind,
+            bytes,
+            topic,
+        };
+        self.enqueue(pending)
     }
 
     /// Enqueues the remaining records of `p`; returns it back if the queue filled up. A record
@@ -306,7 +398,7 @@ impl Relay {
     /// pipeline.
     fn enqueue(&mut self, mut p: Pending) -> Result<Option<Pending>, BridgeError> {
         while let Some(record) = p.records.pop_front() {
-            if record.size() > self.limits.queue_bytes {
+            if record.size() > self.limits.queue_bytes || self.over_topic_limit(&record) {
                 // librdkafka would answer QUEUE_FULL for it forever: it is too large.
                 let too_large =
                     KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
@@ -368,7 +460,18 @@ impl Relay {
     }
 
     fn push_event(&mut self, p: Pending) {
-        let encoded = p.encoded;
+        let encoded = match p.kind {
+            Kind::Event(encoded) => encoded,
+            Kind::Snapshot(operation_type, progress) => {
+                return self.push_snapshot(
+                    p.topic,
+                    p.bytes,
+                    p.deliveries,
+                    operation_type,
+                    progress,
+                );
+            }
+        };
         self.event_count += 1;
         if encoded.cluster_time.is_some() {
             self.last_cluster_time = encoded.cluster_time;
@@ -392,7 +495,10 @@ impl Relay {
         };
         let operation_type = encoded.operation_type;
         self.window.push_event(p.bytes, async move {
-            deliveries.wait(&operation_type).await.map(|()| position)
+            deliveries
+                .wait(&operation_type)
+                .await
+                .map(|()| Mark::Stream(position))
         });
     }
 
@@ -402,19 +508,22 @@ impl Relay {
     /// it are still published.
     fn complete_ready(
         &mut self,
-        first: Result<crate::window::Completed<Position>, BridgeError>,
+        first: Result<crate::window::Completed<Mark>, BridgeError>,
     ) -> Result<(), BridgeError> {
         use futures::FutureExt as _;
         let mut next = Some(first);
-        let mut last = None;
         let mut taken = 0;
+        let mut any = false;
         while let Some(result) = next {
             taken += 1;
             match result {
-                Ok(done) => last = Some(done),
+                Ok(done) => {
+                    any = true;
+                    self.fold(done);
+                }
                 Err(e) => {
-                    if let Some(done) = last {
-                        self.complete(done);
+                    if any {
+                        self.publish();
                     }
                     return Err(e);
                 }
@@ -424,20 +533,38 @@ impl Relay {
             }
             next = self.window.next().now_or_never().flatten();
         }
-        if let Some(done) = last {
-            self.complete(done);
+        if any {
+            self.publish();
         }
         Ok(())
     }
 
-    fn complete(&mut self, done: crate::window::Completed<Position>) {
-        // The window yields in read order and we stop at the first error, so this position ends
+    /// Takes one delivered entry into the delivered prefix's state.
+    fn fold(&mut self, done: crate::window::Completed<Mark>) {
+        // The window yields in read order and we stop at the first error, so this entry ends
         // a contiguous prefix of delivered entries (proof in `window.rs`).
-        self.safe.send_replace(Some(done.position));
+        match done.position {
+            Mark::Stream(position) => self.delivered.stream = Some(position),
+            Mark::Snapshot(progress) => self.delivered.snapshot = Some(progress),
+            Mark::Nothing => {}
+        }
         if done.is_event {
             self.health.kafka_failing.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Publishes the delivered prefix's state for the checkpointer; exactly-once, only a state
+    /// no open transaction holds (the commit publishes the others, see [`transaction`]).
+    fn publish(&mut self) {
+        if self.sequence_untransacted() {
+            self.safe.send_replace(self.delivered.clone());
+        }
         self.publish_gauges();
+    }
+
+    fn complete(&mut self, done: crate::window::Completed<Mark>) {
+        self.fold(done);
+        self.publish();
     }
 
     fn publish_gauges(&self) {
@@ -491,6 +618,11 @@ impl Relay {
                 }
             }
         }
+        if self.window.is_empty() && pending.is_none() {
+            self.end_transaction().await?;
+        } else {
+            self.abort_transaction().await;
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         self.sink
             .flush(remaining.max(Duration::from_millis(100)))
@@ -499,6 +631,9 @@ impl Relay {
         Ok(())
     }
 }
+
+mod snapshot;
+pub mod transaction;
 
 #[cfg(test)]
 #[path = "relay_tests.rs"]

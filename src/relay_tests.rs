@@ -23,8 +23,10 @@ fn unreachable_sink(properties: &[(&str, i64)]) -> KafkaSink {
         topic_prefix: String::new(),
         properties,
         topic_creation: Default::default(),
+        transactional_id_prefix: None,
+        group_properties: Default::default(),
     };
-    KafkaSink::new(&kafka, 120_000, KafkaContext::default()).expect("producer")
+    KafkaSink::new(&kafka, 120_000, None, KafkaContext::default()).expect("producer")
 }
 
 fn encoder() -> RecordEncoder {
@@ -46,8 +48,8 @@ fn insert(id: &str) -> RawDocumentBuf {
     }
 }
 
-fn relay(sink: KafkaSink, drain_timeout: Duration) -> (Relay, watch::Receiver<Option<Position>>) {
-    let (safe_tx, safe_rx) = watch::channel(None);
+fn relay(sink: KafkaSink, drain_timeout: Duration) -> (Relay, watch::Receiver<Safe>) {
+    let (safe_tx, safe_rx) = watch::channel(Safe::default());
     let limits = Limits {
         max_events: 100,
         max_bytes: 1 << 20,
@@ -89,7 +91,7 @@ async fn a_stub_too_large_for_kafka_fails_the_pipeline_instead_of_being_stubbed_
         "{error:?}"
     );
     assert_eq!(error.class(), crate::error::ErrorClass::Fatal);
-    assert_eq!(*safe.borrow(), None);
+    assert_eq!(*safe.borrow(), Safe::default());
 }
 
 #[tokio::test]
@@ -113,6 +115,7 @@ async fn the_drain_ends_by_its_deadline_while_an_event_waits_for_room_in_the_que
         key: b"k".to_vec(),
         value: None,
         headers: Vec::new(),
+        partition: None,
     };
     let _held = sink.enqueue(&outsider).expect("the first record fits");
     let (relay, _safe) = relay(sink, Duration::from_millis(300));

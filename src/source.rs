@@ -5,7 +5,8 @@
 //! - An event is read with `next_if_any` (at most one `getMore` per call): when a batch is empty,
 //!   the stream's post-batch resume token is sent as a [`SourceItem::Watermark`], so idle and
 //!   heavily filtered streams keep their committed position fresh (cases C02, C27). The same
-//!   token is never sent twice in a row.
+//!   token is never sent twice in a row: an empty batch that did not move it is
+//!   [`SourceItem::Idle`] (an exactly-once pipeline's transaction boundary).
 //! - The stream lives in this task alone (`next_if_any` is not cancel-safe); cancelling drops it,
 //!   which closes the server cursor (`killCursors`).
 //! - Resuming uses `startAfter` (survives an invalidate), a first start `startAtOperationTime`
@@ -27,7 +28,7 @@ use mongodb::Client;
 use mongodb::change_stream::ChangeStream;
 use mongodb::change_stream::event::ResumeToken;
 use mongodb::options::{ChangeStreamOptions, FullDocumentBeforeChangeType, FullDocumentType};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
@@ -35,6 +36,7 @@ use crate::encode::EncodeError;
 use crate::error::{BridgeError, CODE_UNKNOWN_STAGE, mongo_code};
 use crate::event::{SourceItem, timestamp_now};
 use crate::health::PipelineHealth;
+use crate::snapshot::Request;
 use crate::split::{Reassembler, SPLIT_STAGE};
 
 /// What a pipeline's change stream is: the pipeline's settings, and the bridge's own collection
@@ -95,8 +97,8 @@ struct TokenRef<'a> {
     t: &'a ResumeToken,
 }
 
-/// The stages of the pipeline's stream: the exclusion of the bridge's offsets collection when
-/// the scope covers it, then the user's stages.
+/// The stages of the pipeline's stream: the exclusion of the bridge's own collections
+/// ([`crate::offsets::own_collections`]) when the scope covers them, then the user's stages.
 pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
     let p = spec.pipeline;
     let (db, coll) = spec.offsets;
@@ -107,7 +109,9 @@ pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
     };
     let mut stages = Vec::new();
     if covers_offsets {
-        stages.push(bson::doc! { "$match": { "$nor": [ { "ns.db": db, "ns.coll": coll } ] } });
+        let own = crate::offsets::own_collections(coll);
+        let ours = bson::doc! { "ns.db": db, "ns.coll": { "$in": own.to_vec() } };
+        stages.push(bson::doc! { "$match": { "$nor": [ ours ] } });
     }
     stages.extend(p.stages());
     stages
@@ -250,94 +254,153 @@ pub struct Channel {
     pub budget_bytes: u32,
 }
 
-/// Reads `stream` into `channel` until `cancel` fires (returns `Ok`) or the stream fails.
-pub async fn run(
-    pipeline: &str,
-    mut stream: RawStream,
-    channel: Channel,
-    cancel: CancellationToken,
-    health: Arc<PipelineHealth>,
-) -> Result<(), BridgeError> {
-    let Channel {
-        tx,
-        budget,
-        budget_bytes,
-    } = channel;
-    let mut last_watermark: Option<RawDocumentBuf> = None;
-    let mut split = Reassembler::default();
-    health.stream_open.store(true, Ordering::Relaxed);
-    let result = loop {
-        health
-            .awaiting_server_since_ms
-            .store(crate::health::now_ms(), Ordering::Relaxed);
-        let next = tokio::select! {
-            biased;
-            () = cancel.cancelled() => break Ok(()),
-            next = stream.next_if_any() => next,
+impl Channel {
+    /// Sends `item`, after taking its bytes from the budget for an event or a copied document.
+    /// `false` when `cancel` fired or the relay is gone (the item is dropped: it was not
+    /// delivered, so it is read again after a restart).
+    pub async fn send(&self, mut item: SourceItem, cancel: &CancellationToken) -> bool {
+        let raw_len = match &item {
+            SourceItem::Event { raw, .. } | SourceItem::Copy { raw, .. } => {
+                Some(raw.as_bytes().len())
+            }
+            _ => None,
         };
-        health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
+        if let Some(len) = raw_len {
+            let bytes = u32::try_from(len)
+                .unwrap_or(u32::MAX)
+                .min(self.budget_bytes);
+            let permit = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return false,
+                permit = Arc::clone(&self.budget).acquire_many_owned(bytes) => permit.ok(),
+            };
+            if let SourceItem::Event { permit: slot, .. } | SourceItem::Copy { permit: slot, .. } =
+                &mut item
+            {
+                *slot = permit;
+            }
+        }
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => false,
+            sent = self.tx.send(item) => sent.is_ok(),
+        }
+    }
+}
+
+/// Reads a change stream one `next_if_any` at a time: reassembles split events, and turns an
+/// empty batch's post-batch resume token into a [`SourceItem::Watermark`] (never the same token
+/// twice in a row, never while a split event is partly read).
+pub struct StreamReader {
+    pipeline: String,
+    stream: RawStream,
+    split: Reassembler,
+    last_watermark: Option<RawDocumentBuf>,
+}
+
+impl StreamReader {
+    /// A reader of `stream` for `pipeline`.
+    pub fn new(pipeline: &str, stream: RawStream) -> Self {
+        Self {
+            pipeline: pipeline.to_owned(),
+            stream,
+            split: Reassembler::default(),
+            last_watermark: None,
+        }
+    }
+
+    /// One read: `Ok(Some(item))` to forward (events without their permit), `Ok(None)` when
+    /// there is nothing to forward this time. Not cancel-safe (the driver's `next_if_any` is
+    /// not): keep the future until it completes, or drop the reader.
+    ///
+    /// Errors: the stream's, a split event that cannot be reassembled, a closed stream.
+    pub async fn next(&mut self) -> Result<Option<SourceItem>, BridgeError> {
+        let pipeline = || self.pipeline.clone();
+        let next = self.stream.next_if_any().await;
         let item = match next {
-            Ok(Some(raw)) => match split.push(raw) {
-                Ok(Some(raw)) => {
-                    let bytes = u32::try_from(raw.as_bytes().len()).unwrap_or(u32::MAX);
-                    let permit = tokio::select! {
-                        biased;
-                        () = cancel.cancelled() => break Ok(()),
-                        permit = Arc::clone(&budget).acquire_many_owned(bytes.min(budget_bytes)) => permit.ok(),
-                    };
-                    SourceItem::Event { raw, permit }
-                }
-                Ok(None) => continue,
+            Ok(Some(raw)) => match self.split.push(raw) {
+                Ok(Some(raw)) => SourceItem::Event { raw, permit: None },
+                Ok(None) => return Ok(None),
                 Err(source) => {
-                    break Err(BridgeError::SplitEvent {
-                        pipeline: pipeline.to_owned(),
+                    return Err(BridgeError::SplitEvent {
+                        pipeline: pipeline(),
                         source,
                     });
                 }
             },
-            Ok(None) if !stream.is_alive() => {
-                break Err(BridgeError::StreamClosed {
-                    pipeline: pipeline.to_owned(),
+            Ok(None) if !self.stream.is_alive() => {
+                return Err(BridgeError::StreamClosed {
+                    pipeline: pipeline(),
                 });
             }
             // WARNING: no watermark while a split event is partly read: its token would commit
             // a position past fragments not yet delivered.
-            Ok(None) if split.is_pending() => continue,
-            Ok(None) => match current_token(&stream) {
-                Ok(Some(token)) if last_watermark.as_ref() != Some(&token) => {
-                    last_watermark = Some(token.clone());
-                    SourceItem::Watermark {
+            Ok(None) if self.split.is_pending() => return Ok(None),
+            Ok(None) => match current_token(&self.stream) {
+                Ok(Some(token)) if self.last_watermark.as_ref() != Some(&token) => {
+                    self.last_watermark = Some(token.clone());
+                    return Ok(Some(SourceItem::Watermark {
                         token,
                         position_time: timestamp_now(),
-                    }
+                    }));
                 }
-                Ok(_) => continue,
+                Ok(_) => return Ok(Some(SourceItem::Idle)),
                 Err(source) => {
-                    break Err(BridgeError::Encode {
-                        pipeline: pipeline.to_owned(),
+                    return Err(BridgeError::Encode {
+                        pipeline: pipeline(),
                         source,
                     });
                 }
             },
             Err(source) => {
-                break Err(BridgeError::Source {
-                    pipeline: pipeline.to_owned(),
+                return Err(BridgeError::Source {
+                    pipeline: pipeline(),
                     source: Box::new(source),
                 });
             }
         };
-        if !matches!(item, SourceItem::Watermark { .. }) {
-            last_watermark = None;
+        self.last_watermark = None;
+        Ok(Some(item))
+    }
+
+    /// [`StreamReader::next`] in a future that owns the reader and gives it back.
+    pub async fn next_owned(mut self) -> (Self, Result<Option<SourceItem>, BridgeError>) {
+        let next = self.next().await;
+        (self, next)
+    }
+}
+
+/// Reads the stream into `channel` until `cancel` fires or the relay is gone (`Ok(None)`), a
+/// snapshot request arrives on `requests` (`Ok(Some(request))`, checked between reads), or the
+/// stream fails.
+pub async fn run(
+    reader: &mut StreamReader,
+    channel: &Channel,
+    cancel: &CancellationToken,
+    health: &PipelineHealth,
+    requests: &mut watch::Receiver<Option<Request>>,
+) -> Result<Option<Request>, BridgeError> {
+    loop {
+        if requests.has_changed().unwrap_or(false)
+            && let Some(request) = requests.borrow_and_update().clone()
+        {
+            return Ok(Some(request));
         }
-        tokio::select! {
+        health
+            .awaiting_server_since_ms
+            .store(crate::health::now_ms(), Ordering::Relaxed);
+        let next = tokio::select! {
             biased;
-            () = cancel.cancelled() => break Ok(()),
-            sent = tx.send(item) => if sent.is_err() { break Ok(()) },
+            () = cancel.cancelled() => return Ok(None),
+            next = reader.next() => next,
+        };
+        health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
+        if let Some(item) = next?
+            && !channel.send(item, cancel).await
+        {
+            return Ok(None);
         }
-    };
-    health.stream_open.store(false, Ordering::Relaxed);
-    health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
-    result
+    }
 }
 
 #[cfg(test)]
@@ -361,7 +424,9 @@ mod tests {
     #[test]
     fn scopes_that_cover_the_offsets_collection_leave_it_out_first() {
         let exclusion = bson::doc! {
-            "$match": { "$nor": [ { "ns.db": "mkb", "ns.coll": "offsets" } ] }
+            "$match": { "$nor": [
+                { "ns.db": "mkb", "ns.coll": { "$in": ["offsets", "offsets.slots"] } }
+            ] }
         };
         let user = bson::doc! { "$match": { "x": 1 } };
         let deployment = pipeline("");

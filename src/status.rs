@@ -6,11 +6,13 @@
 //! [`LogWriter`], which hides the status while a line is printed so the two never interleave.
 
 use std::io::{IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::metrics::read::PipelineSnapshot;
 
@@ -49,23 +51,33 @@ impl Status {
         }
     }
 
-    /// Redraws one line per pipeline from `metrics` every second until `cancel` fires.
-    pub fn start(&self, metrics: Metrics, pipelines: Vec<String>, cancel: CancellationToken) {
+    /// Redraws one line per pipeline from `metrics` every second until `cancel` fires; the
+    /// lines follow the pipelines `health` lists (a reload adds and removes them).
+    pub fn start(&self, metrics: Metrics, health: Arc<Health>, cancel: CancellationToken) {
         let style = ProgressStyle::with_template("{spinner:.green} {prefix:<16.bold} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner());
-        let bars: Vec<(String, ProgressBar)> = pipelines
-            .into_iter()
-            .map(|name| {
-                let bar = self.multi.add(ProgressBar::new_spinner());
-                bar.set_style(style.clone());
-                bar.set_prefix(name.clone());
-                (name, bar)
-            })
-            .collect();
+        let multi = self.multi.clone();
         tokio::spawn(async move {
-            let mut previous: Vec<f64> = vec![0.0; bars.len()];
+            // Per pipeline: its line and the counts at the last redraw.
+            let mut bars: Vec<(String, ProgressBar, (f64, f64))> = Vec::new();
             let mut at = Instant::now();
             loop {
+                let names = health.names();
+                bars.retain(|(name, bar, _)| {
+                    let keep = names.contains(name);
+                    if !keep {
+                        bar.finish_and_clear();
+                    }
+                    keep
+                });
+                for name in names {
+                    if !bars.iter().any(|(n, _, _)| *n == name) {
+                        let bar = multi.add(ProgressBar::new_spinner());
+                        bar.set_style(style.clone());
+                        bar.set_prefix(name.clone());
+                        bars.push((name, bar, (0.0, 0.0)));
+                    }
+                }
                 tokio::select! {
                     () = cancel.cancelled() => break,
                     () = tokio::time::sleep(REFRESH) => {}
@@ -73,15 +85,20 @@ impl Status {
                 let families = metrics.gather();
                 let elapsed = at.elapsed().as_secs_f64().max(0.001);
                 at = Instant::now();
-                for ((name, bar), before) in bars.iter().zip(previous.iter_mut()) {
+                for (name, bar, before) in &mut bars {
                     let s = PipelineSnapshot::read(&families, name);
-                    let rate = (s.events - *before).max(0.0) / elapsed;
-                    *before = s.events;
-                    bar.set_message(render(&s, rate));
+                    let rate = (s.events - before.0).max(0.0) / elapsed;
+                    let copy_rate = (s.copied - before.1).max(0.0) / elapsed;
+                    *before = (s.events, s.copied);
+                    let mut line = render(&s, rate);
+                    if let Some(left) = s.copy_remaining {
+                        line.push_str(&render_copy(s.copied, left, copy_rate));
+                    }
+                    bar.set_message(line);
                     bar.tick();
                 }
             }
-            for (_, bar) in &bars {
+            for (_, bar, _) in &bars {
                 bar.finish();
             }
         });
@@ -104,6 +121,24 @@ pub fn render(s: &PipelineSnapshot, rate: f64) -> String {
         secs(s.checkpoint_lag_s),
         s.in_flight,
         committed
+    )
+}
+
+/// The progress of a running snapshot: a bar, the counts, the rate and the time left.
+pub fn render_copy(copied: f64, left: f64, rate: f64) -> String {
+    const WIDTH: usize = 20;
+    let total = (copied + left).max(1.0);
+    let filled = ((copied / total) * WIDTH as f64).round() as usize;
+    let eta = if rate > 0.0 {
+        format!("{:.0}s", left / rate)
+    } else {
+        "–".to_owned()
+    };
+    format!(
+        "  snapshot [{}{}] {:>3.0}% {copied:.0} copied, ~{left:.0} left, {rate:.0} docs/s, ETA {eta}",
+        "#".repeat(filled.min(WIDTH)),
+        "-".repeat(WIDTH - filled.min(WIDTH)),
+        copied / total * 100.0,
     )
 }
 
@@ -132,6 +167,15 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_snapshot_shows_its_bar_counts_rate_and_eta() {
+        assert_eq!(
+            render_copy(250.0, 750.0, 50.0),
+            "  snapshot [#####---------------]  25% 250 copied, ~750 left, 50 docs/s, ETA 15s"
+        );
+        assert!(render_copy(0.0, 10.0, 0.0).ends_with("ETA –"));
+    }
 
     #[test]
     fn a_line_shows_rate_lag_and_commit() {

@@ -12,10 +12,13 @@
 //!   them as-is: the limit a bridge is judged against).
 //! - `live`: a fixed-rate mixed writer plus a consumer of the bridge's topic measuring the
 //!   latency from each write to the consumer seeing the record.
+//! - `limit-copy`: the limit of an initial snapshot: the collection read with the bridge's
+//!   snapshot query (raw batches) and every document produced as-is, keyed by `{_id}`.
 //!
 //! Every subcommand prints one JSON object on stdout; progress and errors go to stderr.
 //! CPU and peak RSS come from the process's own accounting (`/proc/self`, Linux).
 
+mod copy;
 mod fair;
 mod limit;
 mod live;
@@ -68,6 +71,8 @@ enum Command {
     Limit(limit::LimitArgs),
     /// Fixed-rate writer plus latency consumer.
     Live(live::LiveArgs),
+    /// Initial-snapshot limit: copy the collection into a topic, no bridge logic.
+    LimitCopy(copy::CopyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +87,7 @@ fn main() -> anyhow::Result<()> {
             Command::Token { servers, out } => limit::save_token(&servers, &out).await,
             Command::Limit(args) => limit::run(args).await,
             Command::Live(args) => live::run(args).await,
+            Command::LimitCopy(args) => copy::run(args).await,
         }
     })?;
     println!("{out}");

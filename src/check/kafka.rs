@@ -67,6 +67,10 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
     for p in &config.pipelines {
         lines.push(topic_line(config, p, &cluster, &admin, auto).await);
     }
+    if let Some(group) = &config.bridge.group_id {
+        lines.extend(super::group::check(config, group, &cluster).await);
+    }
+    lines.extend(super::transactions::check(config, &cluster, &admin).await);
     let producer_max = config
         .kafka
         .properties
@@ -95,7 +99,7 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
 /// Errors: the [`BridgeError::Config`] that `run` gives for it.
 pub(super) fn producer_builds(config: &Config) -> Result<(), BridgeError> {
     let timeout = config.message_timeout_ms();
-    KafkaSink::new(&config.kafka, timeout, KafkaContext::default())
+    KafkaSink::new(&config.kafka, timeout, None, KafkaContext::default())
         .map(drop)
         .map_err(|e| crate::app::kafka_refused(config, "producer configuration", &e))
 }
@@ -132,6 +136,15 @@ async fn topic_line(
             .await
             .remove(0)
             .unwrap_or_else(|| "unknown".to_owned());
+        if p.snapshots() && !policy.contains("compact") {
+            return warning(format!(
+                "pipeline {}: {what} exists with cleanup.policy={policy}: a snapshot mirrors the \
+                 collection only in a compacted topic (retention deletes copied records of \
+                 documents that never change again). Remedy: kafka-configs.sh --alter --topic T \
+                 --add-config cleanup.policy=compact",
+                p.name
+            ));
+        }
         return line(
             true,
             format!(
@@ -151,6 +164,14 @@ async fn topic_line(
                   --config cleanup.policy=compact for a latest-state topic) or set \
                   [kafka.topic_creation] enabled = true";
     match (creation.enabled, auto) {
+        (true, _) if p.snapshots() && !creation.cleanup_policy.contains("compact") => {
+            warning(format!(
+                "pipeline {}: {what} {missing}; the bridge creates it with cleanup.policy={}: a \
+                 snapshot mirrors the collection only in a compacted topic. Remedy: \
+                 [kafka.topic_creation] cleanup_policy = \"compact\"",
+                p.name, creation.cleanup_policy
+            ))
+        }
         (true, _) => line(
             true,
             format!(

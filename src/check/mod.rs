@@ -5,7 +5,8 @@
 //! `--min-oplog-window-hours`; each pipeline's offsets document; the producer librdkafka builds
 //! from `[kafka.properties]`; Kafka reachability; each target topic (its partitions and
 //! `cleanup.policy`) or who would create it; the topics' `max.message.bytes` against the largest
-//! documents of each watched collection.
+//! documents of each watched collection; with `[bridge] group_id`, the group's slots and
+//! control topic.
 //!
 //! Exit code 0 when nothing fails (warnings included), 1 when one fails (2 is a config error,
 //! decided before this runs: the configuration `run` would refuse, `check` refuses too).
@@ -18,10 +19,12 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::BridgeError;
 
+mod group;
 mod kafka;
 mod mongo;
 mod privileges;
 mod state;
+mod transactions;
 
 /// Bound of each network check.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);

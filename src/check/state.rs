@@ -75,6 +75,16 @@ pub(super) async fn images_line(client: &Client, p: &PipelineConfig) -> Option<C
                 p.name
             ),
         ),
+        (false, false) if p.snapshots() && p.full_document == FullDocument::WhenAvailable => line(
+            false,
+            format!(
+                "pipeline {}: full_document = \"when_available\" but post-images are not enabled \
+                 on {db}.{coll}: updates would carry no document, and the snapshot's mirror would \
+                 keep older copies as the last record of updated keys. {remedy} (or use \
+                 full_document = \"update_lookup\")",
+                p.name
+            ),
+        ),
         (false, false) => line(
             true,
             format!(

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use super::{
     Config, ENV_PREFIX, Format, FullDocument, OnAmbiguous, OnHistoryLost, OnOversize,
-    PipelineConfig, StartAt, ValueMode,
+    PipelineConfig, SnapshotMode, StartAt, ValueMode,
 };
 use crate::error::BridgeError;
 
@@ -120,6 +120,68 @@ pub(super) fn parse_stages(text: &str) -> Result<Vec<bson::Document>, String> {
         .collect()
 }
 
+/// Parses a `snapshot_filter`: one Extended JSON document.
+pub(super) fn parse_filter(text: &str) -> Result<bson::Document, String> {
+    let json: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    match bson::Bson::try_from(json) {
+        Ok(bson::Bson::Document(d)) => Ok(d),
+        Ok(_) => Err("must be a JSON object, a find filter such as '{\"status\": \"A\"}'".into()),
+        Err(e) => Err(format!("not valid Extended JSON: {e}")),
+    }
+}
+
+/// What a snapshot needs: records that carry whole documents, tombstones for deletes, sane
+/// batch sizes. The mirror guarantee (README, "Initial snapshot") holds only then, so other
+/// settings are refused rather than warned about.
+fn snapshot_rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
+    let snapshots =
+        p.snapshot == SnapshotMode::Initial || p.on_history_lost == OnHistoryLost::Snapshot;
+    if let Some(text) = &p.snapshot_filter {
+        parse_filter(text).map_err(|reason| err(format!("{at}.snapshot_filter"), reason))?;
+    }
+    if !(1..=100_000).contains(&p.snapshot_batch_size) {
+        return Err(err(
+            format!("{at}.snapshot_batch_size"),
+            "documents per batch: use 1–100000 (default 1000)",
+        ));
+    }
+    if !(1..=64).contains(&p.snapshot_parallelism) {
+        return Err(err(
+            format!("{at}.snapshot_parallelism"),
+            "collections copied at once: use 1–64 (default 2)",
+        ));
+    }
+    if !snapshots {
+        return Ok(());
+    }
+    let key = if p.snapshot == SnapshotMode::Initial {
+        "snapshot = \"initial\""
+    } else {
+        "on_history_lost = \"snapshot\""
+    };
+    if p.value == ValueMode::ChangeEvent && p.full_document == FullDocument::Default {
+        return Err(err(
+            format!("{at}.full_document"),
+            format!(
+                "{key} needs every record to carry the whole document, or an update's record \
+                 would leave an older copy as the key's last record: set full_document = \
+                 \"update_lookup\" (or \"required\" / \"when_available\" with post-images enabled)"
+            ),
+        ));
+    }
+    if p.value == ValueMode::ChangeEvent && !p.tombstones {
+        return Err(err(
+            format!("{at}.tombstones"),
+            format!(
+                "{key} needs tombstones, or a deleted document's copy would stay the key's last \
+                 record in a compacted topic: remove tombstones = false"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn valid_name(name: &str, max: usize) -> bool {
     !name.is_empty()
         && name.len() <= max
@@ -156,6 +218,8 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     }
     validate_bridge(config)?;
     validate_properties(config)?;
+    super::group::validate(config)?;
+    super::transactions::validate(config)?;
     if config
         .metrics
         .listen
@@ -295,7 +359,10 @@ fn validate_properties(config: &Config) -> Result<(), BridgeError> {
             "partitioner" if text != "murmur2_random" => {
                 Some("must be murmur2_random (the Java clients' key → partition mapping)")
             }
-            "transactional.id" => Some("transactions are not supported yet; remove it"),
+            "transactional.id" => Some(
+                "derived per pipeline from [kafka] transactional_id_prefix + the pipeline name \
+                 (delivery = \"exactly_once\"); remove it",
+            ),
             "delivery.report.only.error" if text != "false" => Some(
                 "the bridge commits a position only once Kafka acknowledged every record before \
                  it, which needs every delivery report: remove this property",
@@ -418,12 +485,7 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             "use \"now\" or an RFC 3339 time after 1970, e.g. \"2026-11-29T08:00:00Z\"",
         ));
     }
-    if p.on_history_lost == OnHistoryLost::Snapshot {
-        return Err(err(
-            format!("{at}.on_history_lost"),
-            "\"snapshot\" is not available in this version; use \"fail\" or \"skip\"",
-        ));
-    }
+    snapshot_rules(p, at)?;
     let dead_letters = [
         ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
         ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),
@@ -474,6 +536,16 @@ pub(super) fn warnings(config: &Config) -> Vec<String> {
         ));
     }
     for (i, p) in config.pipelines.iter().enumerate() {
+        let snapshots =
+            p.snapshot == SnapshotMode::Initial || p.on_history_lost == OnHistoryLost::Snapshot;
+        if snapshots && p.pipeline.is_some() {
+            out.push(format!(
+                "pipelines[{i}].pipeline: a snapshot mirrors the collection in a compacted topic \
+                 only if these stages keep every change event of the copied namespaces, with its \
+                 documentKey and fullDocument; a stage that drops or reshapes them leaves keys \
+                 whose last record is not the document's current state"
+            ));
+        }
         if p.format == Format::Bson && p.json.is_some() {
             out.push(format!(
                 "pipelines[{i}].json is ignored: values are BSON (format = \"bson\"); remove it"

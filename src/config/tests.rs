@@ -484,7 +484,7 @@ fn transactional_id_is_rejected() {
     assert_rejected(
         &with_property("\"transactional.id\" = \"bridge-1\""),
         "kafka.properties.\"transactional.id\"",
-        "transactions are not supported",
+        "derived per pipeline from [kafka] transactional_id_prefix",
     );
 }
 
@@ -759,17 +759,64 @@ fn dead_letter_topic_must_be_a_valid_kafka_topic_name() {
 }
 
 #[test]
-fn on_history_lost_snapshot_is_not_available() {
-    assert_rejected(
-        &valid_with("on_history_lost = \"snapshot\"\n"),
-        "pipelines[0].on_history_lost",
-        "\"snapshot\" is not available in this version; use \"fail\" or \"skip\"",
-    );
-    for (value, expected) in [("fail", OnHistoryLost::Fail), ("skip", OnHistoryLost::Skip)] {
-        let config = parse(&valid_with(&format!("on_history_lost = \"{value}\"\n")))
-            .unwrap_or_else(|e| panic!("{value}: {e}"));
-        assert_eq!(config.pipelines[0].on_history_lost, expected);
+fn a_snapshot_needs_records_that_carry_whole_documents_and_tombstones() {
+    // The defaults (change events without fullDocument on updates) cannot mirror a collection.
+    for snapshot in [
+        "snapshot = \"initial\"\n",
+        "on_history_lost = \"snapshot\"\n",
+    ] {
+        assert_rejected(
+            &valid_with(snapshot),
+            "pipelines[0].full_document",
+            "needs every record to carry the whole document",
+        );
     }
+    assert_rejected(
+        &valid_with(
+            "snapshot = \"initial\"\nfull_document = \"update_lookup\"\ntombstones = false\n",
+        ),
+        "pipelines[0].tombstones",
+        "needs tombstones",
+    );
+    let config = parse(&valid_with(
+        "snapshot = \"initial\"\nfull_document = \"update_lookup\"\n\
+         on_history_lost = \"snapshot\"\nsnapshot_filter = '{\"status\": \"A\"}'\n",
+    ))
+    .expect("valid");
+    let p = &config.pipelines[0];
+    assert_eq!(p.snapshot, SnapshotMode::Initial);
+    assert_eq!(p.on_history_lost, OnHistoryLost::Snapshot);
+    assert_eq!(p.snapshot_filter(), bson::doc! { "status": "A" });
+    assert_eq!((p.snapshot_batch_size, p.snapshot_parallelism), (1000, 2));
+    // value = "document": the delete record is the tombstone, tombstones do not matter.
+    parse(&valid_with(
+        "snapshot = \"initial\"\nvalue = \"document\"\nfull_document = \"required\"\ntombstones = false\n",
+    ))
+    .expect("valid");
+}
+
+#[test]
+fn snapshot_settings_name_their_bounds() {
+    assert_rejected(
+        &valid_with("snapshot_batch_size = 0\n"),
+        "pipelines[0].snapshot_batch_size",
+        "use 1–100000",
+    );
+    assert_rejected(
+        &valid_with("snapshot_parallelism = 0\n"),
+        "pipelines[0].snapshot_parallelism",
+        "use 1–64",
+    );
+    assert_rejected(
+        &valid_with("snapshot_filter = '[1]'\n"),
+        "pipelines[0].snapshot_filter",
+        "must be a JSON object",
+    );
+    assert_rejected(
+        &valid_with("snapshot = \"sometimes\"\n"),
+        "pipelines[0].snapshot",
+        "expected `never` or `initial`",
+    );
 }
 
 #[test]

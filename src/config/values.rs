@@ -107,8 +107,32 @@ pub enum OnHistoryLost {
     /// Restart at the current cluster time and publish a gap marker record to every partition
     /// of every topic the pipeline writes, so every consumer group learns of the gap.
     Skip,
-    /// Re-snapshot (not available in this version).
+    /// Publish gap markers, then copy the namespace(s) again (a re-sync, with
+    /// `snapshot_start`/`snapshot_end` markers), then stream from the current time.
     Snapshot,
+}
+
+/// `snapshot`: whether a pipeline copies its existing documents before streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Stream only.
+    Never,
+    /// A pipeline without a stream position copies its namespace(s) first.
+    Initial,
+}
+
+/// `delivery`: how often each change event reaches Kafka (README "Exactly once").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Every event at least once: after a crash, the events after the last commit are
+    /// published again (consumers can detect them by `mongo.resume_token`).
+    #[default]
+    AtLeastOnce,
+    /// Records in Kafka transactions with the resume token in the same transaction (a progress
+    /// record): a `read_committed` consumer reads every event exactly once.
+    ExactlyOnce,
 }
 
 /// `on_oversize`.

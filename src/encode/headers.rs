@@ -15,7 +15,7 @@ use crate::event::ChangeEventView;
 use crate::extjson::{self, JsonMode};
 
 /// Every header name the bridge writes.
-pub const HEADER_NAMES: [&str; 10] = [
+pub const HEADER_NAMES: [&str; 12] = [
     "mongo.operation_type",
     "mongo.namespace",
     "mongo.resume_token",
@@ -26,6 +26,8 @@ pub const HEADER_NAMES: [&str; 10] = [
     "mongo.pipeline",
     "mongo.format",
     "mongo.error",
+    "mongo.snapshot_id",
+    "mongo.read_time",
 ];
 
 /// `operationType` values MongoDB documents for change events

@@ -21,8 +21,8 @@ pub enum Action {
     Restart,
     /// Reopen the stream at once, after the `invalidate` (`startAfter` its token).
     Reopen,
-    /// `on_history_lost = "skip"`: publish gap markers, move the position to the current
-    /// cluster time, restart there at once.
+    /// `on_history_lost = "skip"` or `"snapshot"`: publish gap markers, move the position to
+    /// the current cluster time (with `snapshot`, requesting a re-sync), restart there at once.
     SkipHistory,
     /// Another instance owns the pipeline: stand by until its lease lapses.
     StandBy,
@@ -70,7 +70,7 @@ pub fn decide(
         BridgeError::Fenced { .. } => return Action::StandBy,
         BridgeError::ConfigChanged { .. } => return Action::Refuse,
         BridgeError::StreamClosed { .. } => return Action::Reopen,
-        BridgeError::HistoryLost { .. } if on_history_lost == OnHistoryLost::Skip => {
+        BridgeError::HistoryLost { .. } if on_history_lost != OnHistoryLost::Fail => {
             return Action::SkipHistory;
         }
         _ => {}

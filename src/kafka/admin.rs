@@ -11,7 +11,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::Detached;
@@ -103,11 +105,32 @@ impl KafkaAdmin {
             .collect()
     }
 
+    /// Asks whether `topic` could be created with `settings` (CreateTopics with
+    /// `validate_only`: nothing is created).
+    ///
+    /// Errors: the broker's refusal, or the request's failure.
+    pub async fn validate_create(
+        &self,
+        topic: &str,
+        settings: &TopicCreation,
+    ) -> Result<(), KafkaError> {
+        self.create_with(topic, settings, true).await
+    }
+
     /// Creates `topic` with `settings`; a topic that already exists is fine.
     ///
     /// Errors: the broker's refusal (authorization, an invalid replication factor or config), or
     /// the request's failure.
     pub async fn create(&self, topic: &str, settings: &TopicCreation) -> Result<(), KafkaError> {
+        self.create_with(topic, settings, false).await
+    }
+
+    async fn create_with(
+        &self,
+        topic: &str,
+        settings: &TopicCreation,
+        validate_only: bool,
+    ) -> Result<(), KafkaError> {
         let configs: Vec<(String, String)> = settings.topic_configs();
         let mut new = NewTopic::new(
             topic,
@@ -117,7 +140,9 @@ impl KafkaAdmin {
         for (key, value) in &configs {
             new = new.set(key, value);
         }
-        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let options = AdminOptions::new()
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+            .validate_only(validate_only);
         let results = self.admin.create_topics([&new], &options).await?;
         for result in results {
             match result {
@@ -126,6 +151,84 @@ impl KafkaAdmin {
             }
         }
         Ok(())
+    }
+}
+
+/// What [`KafkaAdmin::ensure_partitions`] found.
+#[derive(Debug)]
+pub struct Partitions {
+    /// The partition count the cluster lists.
+    pub count: usize,
+    /// Why there are fewer than wanted: the broker refused to add them (e.g.
+    /// `UnsupportedFeature` on a broker without CreatePartitions, or an authorization error).
+    pub refused: Option<KafkaError>,
+}
+
+impl KafkaAdmin {
+    /// Makes `topic` (a group's control topic) have at least `partitions` partitions: creates
+    /// it with `replication_factor` (-1: the broker's default) when missing, extends it when it
+    /// has fewer. Members that race are fine: `TOPIC_ALREADY_EXISTS` and `INVALID_PARTITIONS`
+    /// (another member extended it first) are read again, not errors. An existing topic that
+    /// cannot be extended is reported in [`Partitions::refused`], with the count it has.
+    ///
+    /// Errors: the topic is missing and cannot be created (e.g. `TOPIC_AUTHORIZATION_FAILED`:
+    /// the ACLs the README's "Running several replicas" lists), or metadata cannot be read.
+    pub async fn ensure_partitions(
+        &self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i32,
+    ) -> Result<Partitions, KafkaError> {
+        let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let wanted = usize::try_from(partitions).unwrap_or(1);
+        let mut refused = None;
+        for _ in 0..3 {
+            let listed = self.metadata(ADMIN_TIMEOUT).await?;
+            let outcome = match listed.topics.iter().find(|t| t.name == topic) {
+                Some(t) if t.partitions >= wanted => {
+                    let count = t.partitions;
+                    return Ok(Partitions {
+                        count,
+                        refused: None,
+                    });
+                }
+                Some(_) => {
+                    let more = NewPartitions::new(topic, wanted);
+                    match self.admin.create_partitions([&more], &options).await {
+                        Ok(results) => results.into_iter().map(|r| r.map(drop)).collect(),
+                        Err(e) => {
+                            refused = Some(e);
+                            break;
+                        }
+                    }
+                }
+                None => {
+                    let replication = TopicReplication::Fixed(replication_factor);
+                    let new = NewTopic::new(topic, partitions, replication);
+                    let results = self.admin.create_topics([&new], &options).await?;
+                    results.into_iter().map(|r| r.map(drop)).collect::<Vec<_>>()
+                }
+            };
+            for result in outcome {
+                match result {
+                    Ok(())
+                    | Err((_, RDKafkaErrorCode::TopicAlreadyExists))
+                    | Err((_, RDKafkaErrorCode::InvalidPartitions)) => {}
+                    Err((_, code)) => refused = Some(KafkaError::AdminOp(code)),
+                }
+            }
+            if refused.is_some() {
+                break;
+            }
+        }
+        let listed = self.metadata(ADMIN_TIMEOUT).await?;
+        match listed.topics.iter().find(|t| t.name == topic) {
+            Some(t) => Ok(Partitions {
+                count: t.partitions,
+                refused: refused.filter(|_| t.partitions < wanted),
+            }),
+            None => Err(refused.unwrap_or(KafkaError::AdminOp(RDKafkaErrorCode::UnknownTopic))),
+        }
     }
 }
 

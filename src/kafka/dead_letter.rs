@@ -111,6 +111,7 @@ pub fn stub(
         key: refused.key.clone(),
         value: Some(value.to_string().into_bytes()),
         headers,
+        partition: None,
     }
 }
 
@@ -133,6 +134,7 @@ mod tests {
                 ("mongo.cluster_time", b"1700000000.3".to_vec()),
                 ("mongo.format", b"json-relaxed".to_vec()),
             ],
+            partition: None,
         });
         let dlq: Arc<str> = Arc::from("orders.dlq");
         let record = stub(&dlq, &refused, &error.to_string(), Format::Json);

@@ -35,7 +35,11 @@ type SinkProducer = FutureProducer<KafkaContext>;
 /// One pipeline's producer (clones share it).
 #[derive(Clone)]
 pub struct KafkaSink {
-    producer: Arc<Detached<SinkProducer>>,
+    pub(super) producer: Arc<Detached<SinkProducer>>,
+    /// `transactional.id`, when the producer is transactional (`delivery = "exactly_once"`).
+    pub(super) transactional_id: Option<Arc<str>>,
+    /// Whether `init_transactions` succeeded on this producer (it may run once per producer).
+    pub(super) initialized: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl KafkaSink {
@@ -43,15 +47,21 @@ impl KafkaSink {
     /// librdkafka statistics through `context` every
     /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
     ///
+    /// With `transactional_id`, the producer is transactional (see [`super::transactions`]).
+    ///
     /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
     /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
     /// errors, after `message.timeout.ms`.
     pub fn new(
         kafka: &KafkaConfig,
         message_timeout_ms: u64,
+        transactional_id: Option<&str>,
         context: KafkaContext,
     ) -> Result<Self, KafkaError> {
         let mut config = super::producer_config(kafka, message_timeout_ms);
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
         if !kafka.properties.contains_key("statistics.interval.ms") {
             config.set(
                 "statistics.interval.ms",
@@ -61,6 +71,8 @@ impl KafkaSink {
         let producer: SinkProducer = config.create_with_context(context)?;
         Ok(Self {
             producer: Arc::new(Detached::new(producer)),
+            transactional_id: transactional_id.map(Arc::from),
+            initialized: Arc::default(),
         })
     }
 
@@ -69,7 +81,7 @@ impl KafkaSink {
     /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
     /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
     pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
-        self.enqueue_to(record, None)
+        self.enqueue_to(record, record.partition)
     }
 
     /// Like [`KafkaSink::enqueue`], to an explicit `partition` when given (else the key decides).
@@ -136,6 +148,32 @@ impl KafkaSink {
             )
         });
         metadata.await.ok().flatten()
+    }
+
+    /// The partition count of `topic`, asking for it by name (a producer's request lets a broker
+    /// with `auto.create.topics.enable` create it); `None` when the cluster does not know it
+    /// within `timeout`.
+    pub async fn partitions(&self, topic: &str, timeout: Duration) -> Option<i32> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let producer = Arc::clone(&self.producer);
+            let name = topic.to_owned();
+            let count = tokio::task::spawn_blocking(move || {
+                let metadata = producer
+                    .client()
+                    .fetch_metadata(Some(&name), Duration::from_secs(5))
+                    .ok()?;
+                let found = metadata.topics().iter().find(|t| t.name() == name)?;
+                Some(found.partitions().len() as i32).filter(|n| *n > 0)
+            })
+            .await
+            .ok()
+            .flatten();
+            if count.is_some() || tokio::time::Instant::now() >= deadline {
+                return count;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the

@@ -57,6 +57,12 @@ pub fn internal(offsets_database: &str, kind: &str) -> String {
     format!("{INTERNAL_PREFIX}mongo_kafka_bridge.{offsets_database}.{kind}")
 }
 
+/// The control topic of consumer group `group_id` (`[bridge] group_id`): one partition per
+/// pipeline slot, no records.
+pub fn control(offsets_database: &str, group_id: &str) -> String {
+    internal(offsets_database, &format!("group.{group_id}"))
+}
+
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
 pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
     if is_internal(topic) {
@@ -115,5 +121,9 @@ mod tests {
         let all = pipeline("");
         assert!(!written_by(&all, "", &name));
         assert!(!is_internal("shop.orders"));
+        assert_eq!(
+            control("mkb", "east"),
+            "__mongo_kafka_bridge.mkb.group.east"
+        );
     }
 }

@@ -193,8 +193,18 @@ impl PipelineMetrics {
             .with_label_values(&[&self.name, reason])
             .inc();
     }
+    /// This pipeline's Kafka transaction series (exactly-once).
+    pub fn transactions(&self) -> super::TransactionMetrics {
+        self.family.transactions(&self.name)
+    }
+
     /// The librdkafka statistics series of this pipeline's producer.
     pub fn rdkafka_gauges(&self) -> RdkafkaGauges {
         self.family.rdkafka.for_pipeline(&self.name)
+    }
+
+    /// The snapshot series of `namespace` (`db.coll`).
+    pub fn snapshot(&self, namespace: &str) -> super::SnapshotMetrics {
+        self.family.snapshot.for_namespace(&self.name, namespace)
     }
 }

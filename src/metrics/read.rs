@@ -42,6 +42,10 @@ pub struct PipelineSnapshot {
     pub committed_at: Option<f64>,
     /// The change stream is open.
     pub stream_open: bool,
+    /// Documents a snapshot copied so far (every namespace).
+    pub copied: f64,
+    /// Estimate of the documents the running copies have left; `None` while none runs.
+    pub copy_remaining: Option<f64>,
 }
 
 impl PipelineSnapshot {
@@ -56,6 +60,10 @@ impl PipelineSnapshot {
             checkpoint_lag_s: get(super::CHECKPOINT_LAG),
             committed_at: get(super::CHECKPOINT_TIMESTAMP).filter(|t| *t > 0.0),
             stream_open: get(super::STREAM_OPEN).unwrap_or(0.0) > 0.0,
+            copied: get(super::SNAPSHOT_DOCUMENTS).unwrap_or(0.0),
+            copy_remaining: get(super::SNAPSHOT_RUNNING)
+                .filter(|running| *running > 0.0)
+                .map(|_| get(super::SNAPSHOT_REMAINING).unwrap_or(0.0)),
         }
     }
 }

@@ -33,6 +33,15 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     p.ambiguous("bson");
     p.owned.set(1);
     p.refused.set(0);
+    let copy = p.snapshot("shop.orders");
+    copy.documents.inc_by(3);
+    copy.remaining.set(7);
+    copy.running.set(1);
+    let tx = p.transactions();
+    tx.committed.inc();
+    tx.duration.observe(0.2);
+    tx.commit.observe(0.01);
+    tx.records.observe(12.0);
     metrics.set_history(Some((40.0, 200.0)));
     // WHEN rendered
     let text = metrics.render();

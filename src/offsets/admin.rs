@@ -36,6 +36,29 @@ impl OffsetsAdmin {
         self.collection.find_one(doc! { fields::ID: name }).await
     }
 
+    /// Stores a snapshot request for pipeline `name` (creating its document if it has none),
+    /// without touching its epoch: the owner is not fenced, it picks the request up while it
+    /// streams. A request already waiting is replaced.
+    pub async fn request_snapshot(
+        &self,
+        name: &str,
+        request: &crate::snapshot::Request,
+        by: &str,
+    ) -> Result<(), MongoError> {
+        let stored = super::snapshot::request_doc(request, by);
+        self.collection
+            .update_one(
+                doc! { fields::ID: name },
+                doc! { "$set": { fields::SNAPSHOT_REQUEST: stored },
+                "$setOnInsert": { fields::EVENTS_COMMITTED: 0_i64,
+                                  fields::SCHEMA_VERSION: SCHEMA_VERSION } },
+            )
+            .upsert(true)
+            .write_concern(WriteConcern::majority())
+            .await
+            .map(|_| ())
+    }
+
     /// Every document, by pipeline name.
     pub async fn list(&self) -> Result<Vec<Document>, MongoError> {
         use futures::TryStreamExt;
@@ -52,10 +75,14 @@ impl OffsetsAdmin {
     /// The document itself stays so that epochs are never reused: an instance still holding
     /// an old epoch (a paused process) is fenced on its next write, as after any reset, instead
     /// of matching a re-created document that starts again at epoch 1. Whether it applied.
+    ///
+    /// `before` is the document as read: its `commitSequence` is kept and its `resetSequence`
+    /// raised, so an exactly-once pipeline's older progress record never wins over the reset.
     pub async fn forget(
         &self,
         name: &str,
         epoch: Option<i64>,
+        before: &Document,
         owner: &str,
     ) -> Result<bool, MongoError> {
         let Some(epoch) = epoch else {
@@ -71,6 +98,8 @@ impl OffsetsAdmin {
             fields::ID: name,
             fields::EPOCH: epoch + 1,
             fields::EVENTS_COMMITTED: 0_i64,
+            fields::COMMIT_SEQUENCE: sequence(before, fields::COMMIT_SEQUENCE),
+            fields::RESET_SEQUENCE: sequence(before, fields::RESET_SEQUENCE) + 1,
             fields::LEASE_UNTIL: DateTime::now(),
             fields::OWNER: owner,
             fields::UPDATED_AT: DateTime::now(),
@@ -106,6 +135,7 @@ impl OffsetsAdmin {
             new.insert(fields::ID, name);
             new.insert(fields::EPOCH, 1_i64);
             new.insert(fields::EVENTS_COMMITTED, 0_i64);
+            new.insert(fields::RESET_SEQUENCE, 1_i64);
             new.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
             return match self
                 .collection
@@ -118,7 +148,11 @@ impl OffsetsAdmin {
                 Err(e) => Err(e),
             };
         };
-        let update = doc! { "$set": set, "$unset": unset, "$inc": { fields::EPOCH: 1_i64 } };
+        let update = doc! {
+            "$set": set,
+            "$unset": unset,
+            "$inc": { fields::EPOCH: 1_i64, fields::RESET_SEQUENCE: 1_i64 },
+        };
         let result = self
             .collection
             .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
@@ -153,5 +187,14 @@ impl OffsetsAdmin {
             .write_concern(WriteConcern::majority())
             .await?;
         Ok(result.matched_count == 1)
+    }
+}
+
+/// An integer sequence field of `d` (0 when absent or of another type).
+fn sequence(d: &Document, key: &str) -> i64 {
+    match d.get(key) {
+        Some(bson::Bson::Int64(v)) => *v,
+        Some(bson::Bson::Int32(v)) => i64::from(*v),
+        _ => 0,
     }
 }

@@ -321,10 +321,21 @@ impl Command<'_> {
             (ResetTo::Delete, Some(d)) => {
                 // An invalid document's epoch is taken as stored, so it can still be reset.
                 let epoch = epoch.or_else(|| d.get_i64("epoch").ok());
-                self.offsets
-                    .forget(name, epoch, &Self::operator("offsets reset --delete"))
+                let forgot = self
+                    .offsets
+                    .forget(name, epoch, d, &Self::operator("offsets reset --delete"))
                     .await
-                    .map_err(|e| failed(name, e))?
+                    .map_err(|e| failed(name, e))?;
+                if forgot {
+                    // Its group slot may be reused now (crate::group::slots).
+                    let m = &self.config.mongodb;
+                    let offsets = (m.offsets_database.as_str(), m.offsets_collection.as_str());
+                    let freed = crate::group::slots::forget(&self.client, offsets, name).await;
+                    if freed.map_err(|e| failed(name, e))? > 0 {
+                        let _ = writeln!(out, "its group slot was freed");
+                    }
+                }
+                forgot
             }
             (target, _) => {
                 let at = match target {

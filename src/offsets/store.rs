@@ -26,9 +26,10 @@ use mongodb::options::{ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
 use super::identity::{StreamIdentity, describe};
-use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to};
+use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to, snapshot};
 use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
 use crate::event::Position;
+use crate::snapshot::{Request, SnapshotState};
 
 /// Attempts of the read-then-increment take-over before giving up.
 const TAKE_ATTEMPTS: usize = 10;
@@ -68,6 +69,11 @@ impl OffsetsStore {
             lease,
             lease_valid_until: Arc::default(),
         }
+    }
+
+    /// The pipeline's name.
+    pub fn pipeline(&self) -> &str {
+        &self.pipeline
     }
 
     /// The configured stream identity.
@@ -297,53 +303,129 @@ impl OffsetsStore {
     pub async fn commit_and_renew(
         &self,
         epoch: i64,
-        position: &Position,
+        position: Option<&Position>,
+        snapshot: Option<&SnapshotState>,
         events: u64,
+        sequenced: Option<(i64, Option<i64>)>,
     ) -> Result<(), BridgeError> {
         let started_ms = DateTime::now().timestamp_millis();
-        self.commit(epoch, position, events).await?;
+        self.commit(epoch, position, snapshot, events, sequenced)
+            .await?;
         self.lease_written(started_ms);
         Ok(())
     }
 
-    /// Writes `position` (and `events` more committed events) with majority write concern.
+    /// Writes `position` (and `events` more committed events) and the snapshot's delivered
+    /// state, when given, with majority write concern, in one update. A finished snapshot's
+    /// state is replaced by its `lastSnapshot` summary. `sequenced`: for a position Kafka
+    /// committed first (exactly-once), its commit sequence and progress-record offset, stored
+    /// as they are (`commitSequence` only rises: `$max`); `None` raises `commitSequence` by one.
+    ///
     /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
     pub async fn commit(
         &self,
         epoch: i64,
-        position: &Position,
+        position: Option<&Position>,
+        snapshot: Option<&SnapshotState>,
         events: u64,
+        sequenced: Option<(i64, Option<i64>)>,
     ) -> Result<(), BridgeError> {
-        let token = position
-            .token
-            .to_document()
-            .map_err(|_| self.invalid("token is not valid BSON".to_owned()))?;
-        let mut set = doc! {
-            fields::RESUME_TOKEN: token,
-            fields::POSITION_TIME: position.position_time,
-            fields::UPDATED_AT: DateTime::now(),
-            fields::OWNER: &self.owner,
-            fields::LEASE_UNTIL: self.lease_until(),
-            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
-        };
-        if let Some(ts) = position.cluster_time {
-            set.insert(fields::CLUSTER_TIME, ts);
+        let (mut set, unset) =
+            super::progress::position_fields(position, snapshot).map_err(|r| self.invalid(r))?;
+        set.insert(fields::OWNER, &self.owner);
+        set.insert(fields::LEASE_UNTIL, self.lease_until());
+        set.insert(fields::BRIDGE_VERSION, env!("CARGO_PKG_VERSION"));
+        let mut inc = doc! { fields::EVENTS_COMMITTED: events as i64 };
+        let mut update = doc! {};
+        match sequenced {
+            Some((sequence, offset)) => {
+                update.insert("$max", doc! { fields::COMMIT_SEQUENCE: sequence });
+                set.insert(fields::DELIVERY, "exactly_once");
+                if let Some(offset) = offset {
+                    set.insert(fields::PROGRESS_OFFSET, offset);
+                }
+            }
+            None => {
+                inc.insert(fields::COMMIT_SEQUENCE, 1_i64);
+                set.insert(fields::DELIVERY, "at_least_once");
+            }
         }
-        if let Some(ms) = position.wall_time_ms {
-            set.insert(fields::WALL_TIME, DateTime::from_millis(ms));
+        update.insert("$set", set);
+        update.insert("$inc", inc);
+        if !unset.is_empty() {
+            update.insert("$unset", unset);
         }
-        let update = doc! {
-            "$set": set,
-            "$inc": { fields::EVENTS_COMMITTED: events as i64 },
-            "$unset": { fields::START_AT_OPERATION_TIME: "" },
-        };
         self.update(epoch, update).await
+    }
+
+    /// Brings the document to `record`'s position, found at `offset` of the progress topic
+    /// (exactly-once: Kafka committed the transaction, the offsets write after it did not
+    /// happen), keeping our epoch and lease.
+    ///
+    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
+    pub async fn bring_forward(
+        &self,
+        epoch: i64,
+        record: &super::progress::ProgressRecord,
+        offset: i64,
+    ) -> Result<(), BridgeError> {
+        let (mut set, unset) = record.forward_fields();
+        set.insert(fields::PROGRESS_OFFSET, offset);
+        set.insert(fields::DELIVERY, "exactly_once");
+        let mut update = doc! {
+            "$set": set,
+            "$max": { fields::COMMIT_SEQUENCE: record.sequences.commit },
+        };
+        if !unset.is_empty() {
+            update.insert("$unset", unset);
+        }
+        self.update(epoch, update).await
+    }
+
+    /// Removes the snapshot request answered by the snapshot that recorded `requested_at`
+    /// (only that one: a newer request waits for its turn).
+    pub async fn consume_request(
+        &self,
+        epoch: i64,
+        requested_at: DateTime,
+    ) -> Result<(), BridgeError> {
+        let request_at = format!("{}.requestedAt", fields::SNAPSHOT_REQUEST);
+        self.collection
+            .update_one(
+                doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch, request_at: requested_at },
+                doc! { "$unset": { fields::SNAPSHOT_REQUEST: "" } },
+            )
+            .write_concern(majority())
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    /// Stores a snapshot request (the first start of a `snapshot = "initial"` pipeline, or a
+    /// re-sync after a lost history) if none waits yet.
+    pub async fn request_snapshot(&self, epoch: i64, request: &Request) -> Result<(), BridgeError> {
+        let stored = snapshot::request_doc(request, &self.owner);
+        self.update(epoch, doc! { "$set": { fields::SNAPSHOT_REQUEST: stored } })
+            .await
     }
 
     /// Moves the position to `at` on purpose (history-loss policy `skip`): the token is removed
     /// and the next start uses `startAtOperationTime: at` ([`moved_to`]).
-    pub async fn move_to(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
-        let (set, unset) = moved_to(at);
+    /// With `resync` (`on_history_lost = "snapshot"`), the same update stores that snapshot
+    /// request, so a crash after it still re-syncs.
+    pub async fn move_to(
+        &self,
+        epoch: i64,
+        at: Timestamp,
+        resync: Option<&Request>,
+    ) -> Result<(), BridgeError> {
+        let (mut set, unset) = moved_to(at);
+        if let Some(request) = resync {
+            set.insert(
+                fields::SNAPSHOT_REQUEST,
+                snapshot::request_doc(request, &self.owner),
+            );
+        }
         self.update(epoch, doc! { "$set": set, "$unset": unset })
             .await
     }

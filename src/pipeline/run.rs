@@ -16,6 +16,7 @@
 //!   channel (the relay delivers what was read, then stops), the relay's and the checkpointer's
 //!   by cancelling it. The first error of the relay, then the source, then the checkpointer, is
 //!   the run's.
+//! - The lease is renewed while the run starts ([`super::hold`]): a slow open is not a dead owner.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,14 +29,18 @@ use tracing::{info, warn};
 
 use super::stage::{self, Ends};
 use super::{PipelineContext, cancellable};
-use crate::config::{PipelineConfig, StartAt};
+use super::{exactly_once, hold};
+use crate::config::{Delivery, PipelineConfig, SnapshotMode, StartAt};
 use crate::encode::RecordEncoder;
 use crate::error::{BridgeError, is_history_lost};
-use crate::event::{Position, format_timestamp, timestamp_now};
+use crate::event::{Position, Safe, format_timestamp, timestamp_now};
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
 use crate::kafka::topics;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
+use crate::relay::transaction::{TransactionSettings, Transactions};
 use crate::relay::{Limits, Relay};
+use crate::snapshot::source::{Copier, Job};
+use crate::snapshot::{Reason, Request};
 use crate::source::{self, Start, StreamSpec};
 
 /// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
@@ -54,13 +59,48 @@ pub(super) async fn once(
     offsets: OffsetsDoc,
     cancel: &CancellationToken,
 ) -> Result<(), BridgeError> {
+    let b = &ctx.config.bridge;
+    let epoch = offsets
+        .epoch
+        .expect("a taken or reloaded offsets document has an epoch");
+    let interval = Duration::from_millis(b.commit_interval_ms);
+    let offsets = if ctx.pipeline.delivery == Delivery::ExactlyOnce {
+        let reconciled = exactly_once::reconcile(ctx, store, epoch, offsets);
+        hold::holding(store, epoch, interval, reconciled).await?
+    } else {
+        offsets
+    };
+    let prepared = hold::holding(
+        store,
+        epoch,
+        interval,
+        prepare(ctx, store, &offsets, cancel),
+    );
+    let Some((stream, creator, job)) = prepared.await? else {
+        return Ok(());
+    };
+    stages(ctx, store, epoch, &offsets, stream, creator, job, cancel).await
+}
+
+/// What a run starts with: the opened stream, the topic creator, the copy job.
+type Prepared = (source::RawStream, Option<TopicCreator>, Option<Job>);
+
+/// Opens the stream where `offsets` say, commits the initial position (and the request of an
+/// initial snapshot) when there is none, and prepares topic creation; `None` when `cancel`
+/// fired during the open.
+async fn prepare(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    offsets: &OffsetsDoc,
+    cancel: &CancellationToken,
+) -> Result<Option<Prepared>, BridgeError> {
     let p = &ctx.pipeline;
     let b = &ctx.config.bridge;
     let epoch = offsets
         .epoch
         .expect("a taken or reloaded offsets document has an epoch");
-    let start = start_of(p, &offsets)?;
-    log_start(p, &offsets, &start);
+    let start = start_of(p, offsets)?;
+    log_start(p, offsets, &start);
     let answer_bound = b.max_await_time_ms.saturating_add(SERVER_ANSWER_GRACE_MS);
     ctx.health
         .server_answer_bound_ms
@@ -73,17 +113,24 @@ pub(super) async fn once(
     };
     let opened = cancellable(cancel, source::open_splitting(&ctx.client, &spec, &start));
     let Some(opened) = opened.await else {
-        return Ok(());
+        return Ok(None);
     };
     let (stream, _splits) = opened.map_err(|source| {
         let error = BridgeError::Source {
             pipeline: p.name.clone(),
             source: Box::new(source),
         };
-        lost_history(p, &offsets, error, true)
+        lost_history(p, offsets, error, true)
     })?;
     if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
         store.set_start_time(epoch, *ts).await?;
+    }
+    let initial = initial_snapshot(p, offsets);
+    if let Some(request) = &initial {
+        // Before the initial position: a crash in between snapshots on the next start.
+        store.request_snapshot(epoch, request).await?;
+        info!(pipeline = %p.name, "snapshot = initial: no position yet, the namespace(s) will \
+              be copied after the stream's start is committed");
     }
     if offsets.resume_token.is_none() {
         let token = source::current_token(&stream).map_err(|source| BridgeError::Encode {
@@ -95,10 +142,53 @@ pub(super) async fn once(
         }
     }
     let creator = topic_creator(ctx).await?;
-    stages(ctx, store, epoch, &offsets, stream, creator, cancel).await
+    let job = match (&offsets.snapshot, &offsets.snapshot_request, initial) {
+        (Some(state), _, _) => Some(Job::Resume(state.clone())),
+        (None, Some(request), _) => Some(Job::New(request.clone())),
+        (None, None, initial) => initial.map(Job::New),
+    };
+    Ok(Some((stream, creator, job)))
+}
+
+/// The request of an initial snapshot, when `p` has `snapshot = "initial"` and its offsets have
+/// neither a stream position nor a snapshot (running or requested). After an `offsets reset`
+/// there is a position: no snapshot unless requested.
+fn initial_snapshot(p: &PipelineConfig, offsets: &OffsetsDoc) -> Option<Request> {
+    let positioned = offsets.resume_token.is_some() || offsets.start_at_operation_time.is_some();
+    let snapshotting = offsets.snapshot.is_some() || offsets.snapshot_request.is_some();
+    (p.snapshot == SnapshotMode::Initial && !positioned && !snapshotting).then(|| Request {
+        reason: Reason::Initial,
+        namespace: None,
+        requested_at: bson::DateTime::now(),
+    })
+}
+
+/// The snapshot requests the checkpointer reports to the source: a request waiting in the
+/// offsets document that `job` does not answer is reported at once.
+fn requests(
+    offsets: &OffsetsDoc,
+    job: Option<&Job>,
+) -> (
+    watch::Sender<Option<Request>>,
+    watch::Receiver<Option<Request>>,
+) {
+    let (tx, rx) = watch::channel(offsets.snapshot_request.clone());
+    let answered = match job {
+        Some(Job::New(_)) => true,
+        Some(Job::Resume(state)) => offsets
+            .snapshot_request
+            .as_ref()
+            .is_some_and(|r| Some(r.requested_at) == state.requested_at),
+        None => false,
+    };
+    if offsets.snapshot_request.is_some() && !answered {
+        tx.send_replace(offsets.snapshot_request.clone());
+    }
+    (tx, rx)
 }
 
 /// Spawns and joins the three stages of the run.
+#[allow(clippy::too_many_arguments)]
 async fn stages(
     ctx: &PipelineContext,
     store: &OffsetsStore,
@@ -106,6 +196,7 @@ async fn stages(
     offsets: &OffsetsDoc,
     stream: source::RawStream,
     creator: Option<TopicCreator>,
+    job: Option<Job>,
     cancel: &CancellationToken,
 ) -> Result<(), BridgeError> {
     let p = &ctx.pipeline;
@@ -118,18 +209,43 @@ async fn stages(
         budget: Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize)),
         budget_bytes,
     };
-    let (safe_tx, safe_rx) = watch::channel(None);
+    let (safe_tx, safe_rx) = watch::channel(Safe::default());
+    let (requests_tx, requests_rx) = requests(offsets, job.as_ref());
     let run = cancel.child_token();
-    let source = stage::spawn(&p.name, "source", Ends::ClosingItsOutput, {
-        let (name, cancel, health) = (p.name.clone(), run.clone(), Arc::clone(&ctx.health));
-        async move { source::run(&name, stream, channel, cancel, health).await }
-    });
+    let copier = Copier {
+        client: ctx.client.clone(),
+        pipeline: p.clone(),
+        offsets: m_offsets(ctx),
+        metrics: ctx.metrics.clone(),
+    };
+    let reader = source::StreamReader::new(&p.name, stream);
+    let source = stage::spawn(
+        &p.name,
+        "source",
+        Ends::ClosingItsOutput,
+        crate::snapshot::source::stage(
+            reader,
+            channel,
+            run.clone(),
+            Arc::clone(&ctx.health),
+            copier,
+            requests_rx,
+            job,
+        ),
+    );
     let interval = Duration::from_millis(b.commit_interval_ms);
     let checkpointer = stage::spawn(
         &p.name,
         "checkpointer",
         Ends::Cancelling(&run),
-        crate::checkpoint::run(store.clone(), epoch, safe_rx, interval, ctx.metrics.clone()),
+        crate::checkpoint::run(
+            store.clone(),
+            epoch,
+            safe_rx,
+            interval,
+            ctx.metrics.clone(),
+            requests_tx,
+        ),
     );
     let limits = Limits {
         max_events: bounds.events,
@@ -154,6 +270,9 @@ async fn stages(
     if let Some(creator) = creator {
         relay = relay.with_topic_creator(creator);
     }
+    if p.delivery == Delivery::ExactlyOnce {
+        relay = relay.with_transactions(transactions(ctx, store, epoch).await?);
+    }
     ctx.metrics.stream_open.set(1);
     let relay = stage::spawn(&p.name, "relay", Ends::Cancelling(&run), {
         let run = run.clone();
@@ -176,6 +295,38 @@ async fn stages(
               "the final commit failed too: the events after the last commit will be read again");
     }
     result.and(checkpoint_result)
+}
+
+/// The transaction state of an exactly-once run, from the offsets as they are now (after the
+/// initial commit, if there was one).
+async fn transactions(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+) -> Result<Transactions, BridgeError> {
+    let now = store.load(epoch).await?;
+    let config = &ctx.config;
+    let settings = TransactionSettings {
+        progress_topic: crate::kafka::progress::topic(&config.mongodb.offsets_database),
+        pipeline: ctx.pipeline.name.clone(),
+        topic_prefix: config.kafka.topic_prefix.clone(),
+        epoch,
+        sequences: exactly_once::sequences(&now),
+        progress_offset: now.progress_offset,
+        max_events: ctx.pipeline.max_transaction_events,
+        interval: Duration::from_millis(config.bridge.commit_interval_ms),
+        transaction_timeout: Duration::from_millis(
+            crate::config::transactions::transaction_timeout_ms(config),
+        ),
+        admin: ctx.admin.clone(),
+    };
+    Ok(Transactions::new(settings, ctx.metrics.transactions()))
+}
+
+/// `[mongodb] offsets_database` and `offsets_collection`.
+fn m_offsets(ctx: &PipelineContext) -> (String, String) {
+    let m = &ctx.config.mongodb;
+    (m.offsets_database.clone(), m.offsets_collection.clone())
 }
 
 /// Where the stream starts: after the committed token, else at the stored or configured
@@ -247,7 +398,7 @@ async fn commit_initial(
         wall_time_ms: None,
         event_count: 0,
     };
-    store.commit(epoch, &initial, 0).await?;
+    store.commit(epoch, Some(&initial), None, 0, None).await?;
     ctx.metrics.committed(None, initial.position_time);
     info!(pipeline = %ctx.pipeline.name, "committed the initial position");
     Ok(())

@@ -43,7 +43,7 @@ pub(super) async fn wait(
 ) -> Result<Option<i64>, BridgeError> {
     let taken = loop {
         health.beat();
-        match cancellable(cancel, look(store, health)).await {
+        match cancellable(cancel, beating(health, look(store, health))).await {
             None => break Ok(None),
             Some(Look::Taken(epoch)) => break Ok(Some(epoch)),
             Some(Look::Refused(error)) => break Err(error),
@@ -59,6 +59,22 @@ pub(super) async fn wait(
     health.clear_standby();
     health.loop_ended();
     taken
+}
+
+/// How often a standby's heartbeat ticks while a look waits for MongoDB.
+const BEAT_EVERY: Duration = Duration::from_millis(500);
+
+/// Runs `work`, ticking the heartbeat meanwhile: a slow offsets read (a loaded server, an
+/// election) is not a dead process, and must not fail the liveness probe of a standby.
+async fn beating<T>(health: &PipelineHealth, work: impl Future<Output = T>) -> T {
+    let mut work = std::pin::pin!(work);
+    let mut tick = tokio::time::interval(BEAT_EVERY);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => health.beat(),
+        }
+    }
 }
 
 /// One look: records the live owner, or tries to take a lapsed pipeline.
@@ -83,5 +99,28 @@ async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Look {
             debug!(error = %report(&e, &[]), "standby: take-over failed; looking again");
             Look::Wait
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_heartbeat_ticks_while_a_look_waits_for_the_server() {
+        let health = PipelineHealth::default();
+        let slow = async {
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            crate::health::now_ms()
+        };
+        let done_at = beating(&health, slow).await;
+        let last = health.heartbeat_ms.load(Ordering::Relaxed);
+        assert!(
+            done_at - last <= 600,
+            "last beat {} ms before the end",
+            done_at - last
+        );
     }
 }

@@ -58,6 +58,17 @@ pub struct Instance {
 impl Instance {
     /// `up --name <name> --fresh` (MongoDB only with `mongo_only`).
     pub fn up(script: &Path, name: &str, mongo_only: bool) -> Self {
+        let only: &[&str] = if mongo_only {
+            &["--only", "mongo"]
+        } else {
+            &[]
+        };
+        Self::up_with(script, name, only)
+    }
+
+    /// `up --name <name> --fresh EXTRA` (e.g. `--broker tansu`).
+    pub fn up_with(script: &Path, name: &str, extra: &[&str]) -> Self {
+        let mongo_only = extra.windows(2).any(|w| w == ["--only", "mongo"]);
         let mut inst = Self {
             name: name.to_owned(),
             script: script.to_owned(),
@@ -65,9 +76,7 @@ impl Instance {
             kafka: String::new(),
         };
         let mut args = vec!["up", "--fresh", "--plain", "--timeout", "90"];
-        if mongo_only {
-            args.extend(["--only", "mongo"]);
-        }
+        args.extend(extra);
         let out = inst.services(&args);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
@@ -501,7 +510,11 @@ pub fn start_load(coll: Collection<Document>, rate: u32, keys: u32, first_id: i6
                         .await
                         .map(|_| ())
                 } else {
-                    match coll.insert_one(doc! { "_id": id }).await {
+                    // `at`: when it was written, for delivery delays (`Rec::written_ms`).
+                    match coll
+                        .insert_one(doc! { "_id": id, "at": bson::DateTime::now() })
+                        .await
+                    {
                         Err(err) if is_duplicate_key(&err) => Ok(()), // an earlier attempt landed
                         other => other.map(|_| ()),
                     }
@@ -613,6 +626,10 @@ pub struct Rec {
     pub event: Option<EventId>,
     /// `mongo.cluster_time` as (seconds, increment).
     pub cluster_time: Option<(u32, u32)>,
+    /// The record's timestamp (ms; CreateTime: when the bridge produced it).
+    pub timestamp_ms: Option<i64>,
+    /// An insert's `fullDocument.at` (ms): when the load wrote it.
+    pub written_ms: Option<i64>,
 }
 
 fn parse_rec(m: &rdkafka::message::BorrowedMessage<'_>) -> Rec {
@@ -623,8 +640,16 @@ fn parse_rec(m: &rdkafka::message::BorrowedMessage<'_>) -> Rec {
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(parse_ts)
     });
-    let event = m.payload().and_then(|p| {
-        let v: serde_json::Value = serde_json::from_slice(p).ok()?;
+    let value: Option<serde_json::Value> = m.payload().and_then(|p| serde_json::from_slice(p).ok());
+    let written_ms = value.as_ref().and_then(|v| {
+        let at = v["fullDocument"]["at"]["$date"].as_str()?;
+        Some(
+            chrono::DateTime::parse_from_rfc3339(at)
+                .ok()?
+                .timestamp_millis(),
+        )
+    });
+    let event = value.as_ref().and_then(|v| {
         let id = &v["documentKey"]["_id"];
         match v["operationType"].as_str()? {
             "insert" => {
@@ -645,6 +670,8 @@ fn parse_rec(m: &rdkafka::message::BorrowedMessage<'_>) -> Rec {
         offset: m.offset(),
         event,
         cluster_time,
+        timestamp_ms: m.timestamp().to_millis(),
+        written_ms,
     }
 }
 

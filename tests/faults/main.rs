@@ -10,10 +10,16 @@
 //! - Scenarios that stop, freeze or restart servers run only with `MKB_SERVICES_MANAGED=1`
 //!   (`scripts/test` sets it when it started the servers itself); otherwise they skip with a
 //!   printed reason. Bad configs and the encoder fuzz always run.
-//! - Short form by default (CI); `MKB_FAULTS_LONG=1` for the long form (≥ 200 kills, 45 s
-//!   outages, ≥ 1M fuzz inputs).
-//! - `MKB_FAULTS_ONLY=kill9,kafka,mock,mongo,fence,secrets,config,fuzz` runs a subset;
-//!   `MKB_FAULTS_SEED=N` fixes the random seed (printed at start).
+//! - Short form by default (CI); `MKB_FAULTS_LONG=1` for the long form (500 kills in 10 blocks
+//!   of 50, each on fresh servers; 45 s outages; ≥ 1M fuzz inputs; the kubelet simulation).
+//! - `kubelet` (long form only): a simulated kubelet probes 3 group members' `/healthz` every
+//!   10 s and restarts one after 3 failures, while a chaos loop kill -9s a random member every
+//!   30–60 s and starts it again; 0 events lost, no probe restart, every pipeline's epoch only
+//!   goes up. 10 minutes, `MKB_FAULTS_KUBELET_S=<seconds>` for another duration.
+//! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
+//!   group, groupstop, groupcfg, groupsnap, groupfull, kubelet, eos, eostxn, eosfreeze, eosfence,
+//!   eosreset, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
+//!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
 
@@ -24,8 +30,12 @@ mod support;
 
 mod bad_input;
 mod crash;
+mod exactly_once;
 mod fencing;
+mod group;
+mod group_faults;
 mod harness;
+mod kubelet;
 mod outages;
 mod secrets;
 
@@ -177,6 +187,47 @@ async fn fault_suite() {
         suite
             .run("secrets", "secrets", async { secrets::secrets(&ctx) })
             .await;
+        suite
+            .run(
+                "group",
+                "group: spread, kill -9, join",
+                group::spread_kill_join(&ctx),
+            )
+            .await;
+        suite
+            .run(
+                "groupstop",
+                "group: paused member",
+                group_faults::paused_member(&ctx),
+            )
+            .await;
+        suite
+            .run(
+                "groupcfg",
+                "group: configurations disagree",
+                group_faults::disagreeing_configs(&ctx),
+            )
+            .await;
+        suite
+            .run(
+                "groupsnap",
+                "group: revoked mid-snapshot",
+                group_faults::revoked_mid_snapshot(&ctx),
+            )
+            .await;
+        suite
+            .run(
+                "groupfull",
+                "group: no partition for a new slot",
+                group_faults::no_partition_for_a_new_slot(&ctx),
+            )
+            .await;
+        exactly_once::run(&mut suite, &ctx).await;
+        if long {
+            suite
+                .run("kubelet", "kubelet simulation", kubelet::kubelet(&ctx))
+                .await;
+        }
     } else {
         say!(
             "skipped the server scenarios (kill -9, outages, fencing, secrets): servers are \

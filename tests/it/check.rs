@@ -114,3 +114,52 @@ fn a_password_in_the_uri_never_reaches_the_output() {
         "{all}"
     );
 }
+
+#[test]
+fn check_tells_a_snapshot_pipeline_what_its_mirror_needs() {
+    // GIVEN a snapshot pipeline on a delete-policy topic, with when_available images that the
+    // collection does not record
+    let db = unique("chks");
+    let topic = format!("{db}.orders");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        create_topic_at(
+            &kafka_bootstrap(),
+            &topic,
+            1,
+            &[("cleanup.policy", "delete")],
+        )
+        .await;
+        let client = crate::support::mongo().await;
+        client
+            .database(&db)
+            .create_collection("orders")
+            .await
+            .unwrap();
+    });
+    let lines = "snapshot = \"initial\"\nfull_document = \"when_available\"\n";
+    let file = config_file(&config_toml("orders", &db, Some("orders"), lines));
+    // WHEN check runs
+    let (code, stdout, _stderr) = bridge_cli(&["check"], file.path());
+    // THEN it fails on the images and warns about the topic's policy
+    assert_ne!(code, Some(0), "{stdout}");
+    let failed = stdout
+        .lines()
+        .find(|l| l.starts_with('✘'))
+        .unwrap_or_default();
+    assert!(
+        failed.contains("full_document = \"when_available\" but post-images are not enabled"),
+        "{stdout}"
+    );
+    let warned = stdout
+        .lines()
+        .find(|l| l.starts_with('⚠'))
+        .unwrap_or_default();
+    assert!(
+        warned.contains(
+            "cleanup.policy=delete: a snapshot mirrors the collection only in a \
+                         compacted topic"
+        ),
+        "{stdout}"
+    );
+}

@@ -1,12 +1,14 @@
 //! The deploy kit, checked with real parsers and tools: docker-compose.yml, the Kubernetes
 //! manifests, the Dockerfile, the Grafana dashboard and the Prometheus rules reference each
-//! other consistently (ports, config paths, metric names that exist in `src/metrics.rs`), and
-//! `promtool` accepts the config, the rules and their unit tests.
+//! other consistently (ports, config paths, metric names that exist in `src/metrics.rs`), both
+//! run several replicas in one consumer group (`[bridge] group_id`), and `promtool` accepts the
+//! config, the rules and their unit tests.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 use mongo_kafka_bridge::Config;
+use mongo_kafka_bridge::kafka::topics;
 use mongo_kafka_bridge::metrics::ALL;
 use serde_norway::Value;
 
@@ -60,6 +62,9 @@ fn assert_known(names: &BTreeSet<String>, whence: &str) {
 fn port_of(listen: &str) -> u16 {
     listen.rsplit(':').next().unwrap().parse().unwrap()
 }
+
+/// The group name the deploy kit gives both the Kubernetes and the compose replicas.
+const GROUP_ID: &str = "mongo-kafka-bridge";
 
 #[test]
 fn alerts_and_dashboard_use_only_metrics_the_bridge_exports() {
@@ -130,8 +135,13 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
     let bridge_cfg = Config::from_toml(&read("deploy/compose.toml"), std::iter::empty())
         .expect("deploy/compose.toml is a valid config");
     let port = port_of(&bridge_cfg.metrics.listen);
-    let ports = services["bridge"]["ports"][0].as_str().unwrap();
-    assert_eq!(ports, format!("{port}:{port}"));
+    let expose: Vec<&str> = services["bridge"]["expose"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(expose, [port.to_string()]);
     let mount = services["bridge"]["volumes"][0].as_str().unwrap();
     let (host, target) = mount.trim_end_matches(":ro").split_once(':').unwrap();
     assert!(root().join(host).exists(), "{host}");
@@ -160,10 +170,8 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
         assert!(root().join(host).exists(), "compose mounts missing {host}");
     }
     let prom = yaml("deploy/prometheus/prometheus.yml");
-    let target = prom["scrape_configs"][0]["static_configs"][0]["targets"][0]
-        .as_str()
-        .unwrap();
-    assert_eq!(target, format!("bridge:{port}"));
+    let sd = &prom["scrape_configs"][0]["dns_sd_configs"][0];
+    assert_eq!(sd["port"].as_u64(), Some(u64::from(port)));
 
     // kubernetes: the config in the ConfigMap is valid, probes and ports line up, the grace
     // period exceeds the drain timeout
@@ -185,14 +193,15 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
         c["ports"][0]["containerPort"].as_u64(),
         Some(u64::from(port_of(&cfg.metrics.listen)))
     );
-    assert_eq!(
-        c["livenessProbe"]["httpGet"]["path"].as_str(),
-        Some("/healthz")
-    );
-    assert_eq!(
-        c["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz")
-    );
+    assert_eq!(c["ports"][0]["name"].as_str(), Some("metrics"));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(c[probe]["httpGet"]["path"].as_str(), Some(path), "{probe}");
+        assert_eq!(
+            c[probe]["httpGet"]["port"].as_str(),
+            Some("metrics"),
+            "{probe}"
+        );
+    }
     let mount = c["volumeMounts"][0]["mountPath"].as_str().unwrap();
     let args: Vec<&str> = c["args"]
         .as_sequence()
@@ -229,6 +238,110 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
                 .exists()
         );
     }
+}
+
+#[test]
+fn kubernetes_runs_two_replicas_in_one_group_with_a_rolling_update_and_a_disruption_budget() {
+    let configmap = yaml("deploy/kubernetes/configmap.yaml");
+    let toml = configmap["data"]["config.toml"].as_str().unwrap();
+    let cfg = Config::from_toml(toml, std::iter::empty()).expect("the ConfigMap's config.toml");
+    assert_eq!(cfg.bridge.group_id.as_deref(), Some(GROUP_ID));
+    // The comment names the control topic the bridge creates for this group.
+    let control = topics::control(&cfg.mongodb.offsets_database, GROUP_ID);
+    assert!(
+        toml.contains(&control),
+        "configmap.yaml should name {control}"
+    );
+
+    let deploy = &yaml_docs("deploy/kubernetes/deployment.yaml")[0];
+    assert_eq!(deploy["kind"].as_str(), Some("Deployment"));
+    assert_eq!(deploy["spec"]["replicas"].as_u64(), Some(2));
+    let strategy = &deploy["spec"]["strategy"];
+    assert_eq!(strategy["type"].as_str(), Some("RollingUpdate"));
+    assert_eq!(strategy["rollingUpdate"]["maxSurge"].as_u64(), Some(1));
+    assert_eq!(
+        strategy["rollingUpdate"]["maxUnavailable"].as_u64(),
+        Some(0)
+    );
+    let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&deploy["spec"]["selector"]["matchLabels"], pod_labels);
+
+    let pdb = yaml("deploy/kubernetes/poddisruptionbudget.yaml");
+    assert_eq!(pdb["apiVersion"].as_str(), Some("policy/v1"));
+    assert_eq!(pdb["kind"].as_str(), Some("PodDisruptionBudget"));
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    assert!(
+        pdb["spec"].get("minAvailable").is_none(),
+        "maxUnavailable or minAvailable, not both"
+    );
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
+
+    let kustomize = yaml("deploy/kubernetes/kustomization.yaml");
+    let resources: Vec<&str> = kustomize["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            "configmap.yaml",
+            "deployment.yaml",
+            "poddisruptionbudget.yaml",
+            "service.yaml",
+            "podmonitor.yaml",
+        ]
+    );
+}
+
+#[test]
+fn compose_scales_the_bridge_and_prometheus_finds_every_replica() {
+    let compose = yaml("docker-compose.yml");
+    let bridge = &compose["services"]["bridge"];
+    assert!(
+        bridge.get("ports").is_none(),
+        "a host port binding stops --scale"
+    );
+    assert!(
+        bridge.get("container_name").is_none(),
+        "container_name stops --scale"
+    );
+    let cfg = Config::from_toml(&read("deploy/compose.toml"), std::iter::empty())
+        .expect("deploy/compose.toml is a valid config");
+    assert_eq!(cfg.bridge.group_id.as_deref(), Some(GROUP_ID));
+    // Compose's default is 10 s: a stopped or scaled-down replica must drain before SIGKILL.
+    assert_eq!(bridge["stop_grace_period"].as_str(), Some("40s"));
+    assert!(
+        40_000 > cfg.bridge.shutdown_timeout_ms,
+        "grace 40 s vs drain"
+    );
+
+    let prom = yaml("deploy/prometheus/prometheus.yml");
+    let scrape = prom["scrape_configs"].as_sequence().unwrap();
+    assert_eq!(scrape.len(), 1);
+    let job = &scrape[0];
+    assert_eq!(job["job_name"].as_str(), Some("mongo-kafka-bridge"));
+    assert!(
+        job.get("static_configs").is_none(),
+        "replicas are found by DNS, not listed"
+    );
+    let sd = job["dns_sd_configs"].as_sequence().unwrap();
+    assert_eq!(sd.len(), 1);
+    let names: Vec<&str> = sd[0]["names"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bridge"]);
+    assert_eq!(sd[0]["type"].as_str(), Some("A"));
+    assert_eq!(
+        sd[0]["port"].as_u64(),
+        Some(u64::from(port_of(&cfg.metrics.listen)))
+    );
+    // The alert on down targets selects this job.
+    assert!(read("deploy/prometheus/alerts.yml").contains(r#"up{job="mongo-kafka-bridge"}"#));
 }
 
 #[test]

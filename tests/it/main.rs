@@ -7,13 +7,17 @@
 mod cases;
 mod check;
 mod deploy;
+mod exactly_once;
 mod faults_ops;
 mod lifecycle;
 mod ops;
 mod opsutil;
 mod policies;
 mod prometheus;
+mod reload;
 mod replication;
+mod snapshot;
+mod snapshot_faults;
 mod solid;
 mod support;
 mod values;

@@ -8,7 +8,7 @@ use bson::doc;
 
 use crate::opsutil::{eventually, get};
 use crate::support::{
-    config_file, config_toml, mongo, offsets_doc, start_bridge, unique, wait_offsets,
+    config_file, config_toml, mongo, offsets_doc, start_bridge, unique, wait_offsets, with_history,
 };
 
 fn cli(args: &[&str], config: &std::path::Path) -> (Option<i32>, String) {
@@ -206,7 +206,7 @@ async fn the_preflight_checks_privileges_oplog_offsets_images_and_sizes() {
 async fn history_headroom_and_checkpoint_lag_are_exported_for_a_running_pipeline() {
     // GIVEN a running bridge that committed its first position
     let db = unique("head");
-    let text = config_toml("orders", &db, Some("orders"), "");
+    let text = with_history(&config_toml("orders", &db, Some("orders"), ""));
     let client = mongo().await;
     let bridge = start_bridge(&text).await;
     let coll = client.database(&db).collection::<bson::Document>("orders");

@@ -28,7 +28,7 @@ const APP_NAME: &str = "mongo-kafka-bridge";
 
 /// A MongoDB server of this test alone (`scripts/services up --only mongo --name …`), stopped
 /// and wiped on drop, also when the test fails.
-struct Server {
+pub struct Server {
     script: PathBuf,
     name: String,
     uri: String,
@@ -36,7 +36,7 @@ struct Server {
 
 impl Server {
     /// Starts the instance, or `None` (reason printed) when the servers are not ours to manage.
-    fn mongo(test: &str, extra: &[&str]) -> Option<Self> {
+    pub fn mongo(test: &str, extra: &[&str]) -> Option<Self> {
         let script = services_managed()?;
         let mut server = Self {
             script,
@@ -69,12 +69,12 @@ impl Server {
         Some(server)
     }
 
-    async fn client(&self) -> Client {
+    pub async fn client(&self) -> Client {
         Client::with_uri_str(&self.uri).await.unwrap()
     }
 
     /// `config_toml` pointed at this server.
-    fn config(&self, name: &str, db: &str, coll: Option<&str>, extra: &str) -> String {
+    pub fn config(&self, name: &str, db: &str, coll: Option<&str>, extra: &str) -> String {
         config_toml(name, db, coll, extra).replace(&mongo_uri(), &self.uri)
     }
 }
@@ -234,7 +234,7 @@ fn key_of(id: i32) -> String {
 }
 
 /// Writes `count` filler documents (one oplog entry each) into `db.filler`.
-async fn fill_oplog(client: &Client, db: &str, count: i32) {
+pub async fn fill_oplog(client: &Client, db: &str, count: i32) {
     let filler = client.database(db).collection::<Document>("filler");
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
         filler

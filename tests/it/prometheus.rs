@@ -8,7 +8,7 @@ use std::time::Duration;
 use bson::doc;
 
 use crate::opsutil::{eventually, get, prometheus_tools, root, try_get};
-use crate::support::{config_toml, mongo, start_bridge, unique, wait_offsets};
+use crate::support::{config_toml, mongo, start_bridge, unique, wait_offsets, with_history};
 
 /// Stops the Prometheus child (by its pid) when the test ends, also on a panic.
 struct Server(Child);
@@ -53,7 +53,7 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     };
     // GIVEN a bridge that delivered 20 inserts
     let db = unique("prom");
-    let text = config_toml("orders", &db, Some("orders"), "");
+    let text = with_history(&config_toml("orders", &db, Some("orders"), ""));
     let client = mongo().await;
     let bridge = start_bridge(&text).await;
     wait_offsets(&client, &db, "orders", Duration::from_secs(20), |d| {
@@ -156,7 +156,7 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     wait("mongo_kafka_bridge_build_info".into(), |v| v == 1.0).await;
     let (code, rules) = get(prom, "/api/v1/rules").await;
     assert_eq!(code, 200);
-    assert_eq!(rules.matches("\"type\":\"alerting\"").count(), 7, "{rules}");
+    assert_eq!(rules.matches("\"type\":\"alerting\"").count(), 8, "{rules}");
     bridge.shutdown();
     bridge.wait().await.unwrap();
 }

@@ -4,7 +4,6 @@
 //! a newer offsets document is refused, topics are created when asked, and a replica-set name
 //! mismatch is named.
 
-use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,22 +17,6 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(60);
 /// After the expected records, how long no further record may arrive (duplicates show up).
 const QUIET: Duration = Duration::from_secs(2);
-
-/// How many records each integer `_id` has (Int32 or Int64: the stand-in may return small
-/// Int64 values as Int32).
-fn per_id(records: &[Received]) -> HashMap<i64, usize> {
-    let mut counts = HashMap::new();
-    for r in records {
-        let key: serde_json::Value = serde_json::from_str(r.key.as_deref().unwrap()).unwrap();
-        let id = &key["_id"];
-        let text = id["$numberInt"]
-            .as_str()
-            .or(id["$numberLong"].as_str())
-            .unwrap();
-        *counts.entry(text.parse::<i64>().unwrap()).or_default() += 1;
-    }
-    counts
-}
 
 fn pipeline_owned(metrics: &mongo_kafka_bridge::metrics::Metrics, pipeline: &str) -> String {
     let line = format!("mongo_kafka_bridge_pipeline_owned{{pipeline=\"{pipeline}\"}} ");
@@ -126,7 +109,9 @@ async fn of_two_standbys_exactly_one_takes_a_lapsed_pipeline() {
             "p",
             identity,
             owner,
-            Duration::from_secs(5),
+            // Long: the last step checks that a live lease is never taken, however slowly a
+            // loaded server answers (the lapsed leases above are written by the test).
+            Duration::from_secs(120),
         )
     };
     let (one, two) = (store("one"), store("two"));
@@ -165,8 +150,8 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
     let db = unique("die");
     let topic = format!("{db}.t");
     create_topic(&topic, 1).await;
-    let text =
-        config_toml("die", &db, Some("t"), "").replace("[bridge]\n", "[bridge]\nlease_ms = 6000\n");
+    let text = config_toml("die", &db, Some("t"), "")
+        .replace("[bridge]\n", "[bridge]\nlease_ms = 12000\n");
     let file = config_file(&text);
     let client = mongo().await;
     let coll = client.database(&db).collection::<Document>("t");
@@ -192,7 +177,8 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
     let killed = Instant::now();
     let mut id = 0_i64;
     let mut epochs = Vec::new();
-    while killed.elapsed() < Duration::from_secs(20) {
+    // (The lease is long enough that a loaded machine does not stall the new owner past it.)
+    while killed.elapsed() < Duration::from_secs(30) {
         coll.insert_one(doc! { "_id": id }).await.unwrap();
         id += 1;
         let epoch = offsets_doc(&client, &db, "die")
@@ -464,6 +450,18 @@ async fn a_restart_logs_where_it_resumes() {
             d.get_i64("epoch") == Ok(run + 1) && d.contains_key("resumeToken")
         })
         .await;
+        // The second run's epoch and token are there as soon as it took the pipeline: wait for
+        // its start to be logged before stopping it.
+        let log_path = file.path().with_extension("log");
+        let deadline = Instant::now() + WAIT;
+        while run == 1
+            && !std::fs::read_to_string(&log_path)
+                .unwrap_or_default()
+                .contains("resuming after the committed resume token")
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()

@@ -1,0 +1,235 @@
+//! The snapshot's fields of the offsets document: the running snapshot's state, a request
+//! waiting for the owner, and the last finished snapshot.
+//!
+//! Shape (README, "Offsets"):
+//! `snapshot: {id, reason, startedAt, requestedAt?, filter?, namespaces: [{db, coll, started,
+//! lastId?, copied, done}]}`,
+//! `snapshotRequest: {reason, namespace: "db.coll" | null, requestedAt, by}`,
+//! `lastSnapshot: {id, reason, startedAt, finishedAt, copied}`.
+//!
+//! Invariants: `lastId` keeps the server's BSON value and type (any `_id` type but array,
+//! regex and undefined); a stored state this version cannot read is an error naming the field,
+//! never a fresh start.
+
+use bson::{Bson, DateTime, Document, doc};
+
+use super::fields;
+use crate::snapshot::{NamespaceProgress, Reason, Request, SnapshotState};
+
+/// `state` as stored.
+pub(crate) fn state_doc(state: &SnapshotState) -> Document {
+    let namespaces: Vec<Bson> = state
+        .namespaces
+        .iter()
+        .map(|n| {
+            let mut d = doc! {
+                "db": &n.db, "coll": &n.coll, "started": n.started,
+                "copied": n.copied as i64, "done": n.done,
+            };
+            if let Some(id) = &n.last_id {
+                d.insert("lastId", id.clone());
+            }
+            Bson::Document(d)
+        })
+        .collect();
+    let mut d = doc! {
+        "id": &state.id,
+        "reason": state.reason.as_str(),
+        "startedAt": state.started_at,
+        "namespaces": namespaces,
+    };
+    if let Some(at) = state.requested_at {
+        d.insert("requestedAt", at);
+    }
+    if let Some(filter) = &state.filter {
+        d.insert("filter", filter);
+    }
+    d
+}
+
+/// The `lastSnapshot` summary of a finished `state`.
+pub(crate) fn finished_doc(state: &SnapshotState) -> Document {
+    doc! {
+        "id": &state.id,
+        "reason": state.reason.as_str(),
+        "startedAt": state.started_at,
+        "finishedAt": DateTime::now(),
+        "copied": state.copied() as i64,
+    }
+}
+
+/// `request` as stored, by `by` (an owner string or `operator@host`).
+pub(crate) fn request_doc(request: &Request, by: &str) -> Document {
+    let namespace = request.namespace.as_ref().map_or(Bson::Null, |(db, coll)| {
+        Bson::String(format!("{db}.{coll}"))
+    });
+    doc! {
+        "reason": request.reason.as_str(),
+        "namespace": namespace,
+        "requestedAt": request.requested_at,
+        "by": by,
+    }
+}
+
+fn wrong(field: &str, what: &str) -> String {
+    format!("{}.{field} {what}", fields::SNAPSHOT)
+}
+
+/// The running snapshot stored in `d`, if any. Errors: a sentence naming the wrong field.
+pub(crate) fn state_from(d: &Document) -> Result<Option<SnapshotState>, String> {
+    let s = match d.get(fields::SNAPSHOT) {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Document(s)) => s,
+        Some(_) => return Err(format!("{} must be a document", fields::SNAPSHOT)),
+    };
+    let id = s
+        .get_str("id")
+        .map_err(|_| wrong("id", "must be a string"))?;
+    let reason = s
+        .get_str("reason")
+        .ok()
+        .and_then(Reason::parse)
+        .ok_or_else(|| wrong("reason", "must be initial, requested or history_lost"))?;
+    let started_at = s
+        .get_datetime("startedAt")
+        .copied()
+        .unwrap_or_else(|_| DateTime::now());
+    let list = s
+        .get_array("namespaces")
+        .map_err(|_| wrong("namespaces", "must be an array"))?;
+    let mut namespaces = Vec::with_capacity(list.len());
+    for item in list {
+        let n = item
+            .as_document()
+            .ok_or_else(|| wrong("namespaces", "must hold documents"))?;
+        let text = |k: &str| {
+            n.get_str(k)
+                .map(str::to_owned)
+                .map_err(|_| wrong(&format!("namespaces.{k}"), "must be a string"))
+        };
+        let copied = match n.get("copied") {
+            Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
+            Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
+            _ => 0,
+        };
+        namespaces.push(NamespaceProgress {
+            db: text("db")?,
+            coll: text("coll")?,
+            started: n.get_bool("started").unwrap_or(false),
+            last_id: n.get("lastId").cloned(),
+            copied,
+            done: n.get_bool("done").unwrap_or(false),
+        });
+    }
+    Ok(Some(SnapshotState {
+        id: id.to_owned(),
+        reason,
+        started_at,
+        namespaces,
+        requested_at: s.get_datetime("requestedAt").ok().copied(),
+        filter: s.get_str("filter").ok().map(str::to_owned),
+    }))
+}
+
+/// The snapshot request stored in `d`, if any. Errors: a sentence naming the wrong field.
+pub(crate) fn request_from(d: &Document) -> Result<Option<Request>, String> {
+    let r = match d.get(fields::SNAPSHOT_REQUEST) {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Document(r)) => r,
+        Some(_) => return Err(format!("{} must be a document", fields::SNAPSHOT_REQUEST)),
+    };
+    let reason = r
+        .get_str("reason")
+        .ok()
+        .and_then(Reason::parse)
+        .unwrap_or(Reason::Requested);
+    let namespace = match r.get("namespace") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::String(ns)) => match ns.split_once('.') {
+            Some((db, coll)) if !db.is_empty() && !coll.is_empty() => {
+                Some((db.to_owned(), coll.to_owned()))
+            }
+            _ => {
+                return Err(format!(
+                    "{}.namespace must be \"db.collection\"",
+                    fields::SNAPSHOT_REQUEST
+                ));
+            }
+        },
+        Some(_) => {
+            return Err(format!(
+                "{}.namespace must be a string",
+                fields::SNAPSHOT_REQUEST
+            ));
+        }
+    };
+    Ok(Some(Request {
+        reason,
+        namespace,
+        requested_at: r
+            .get_datetime("requestedAt")
+            .copied()
+            .unwrap_or_else(|_| DateTime::now()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_reads_back_as_written_with_every_id_type() {
+        let ids = [
+            Bson::Int64(1 << 40),
+            Bson::Double(2.5),
+            Bson::String("k".into()),
+            Bson::ObjectId(bson::oid::ObjectId::from_bytes([7; 12])),
+            Bson::DateTime(DateTime::from_millis(-5)),
+            Bson::Document(doc! { "a": 1 }),
+            Bson::MinKey,
+            Bson::Null,
+        ];
+        for id in ids {
+            let state = SnapshotState {
+                id: "s1".into(),
+                reason: Reason::HistoryLost,
+                started_at: DateTime::from_millis(1000),
+                namespaces: vec![
+                    NamespaceProgress {
+                        last_id: Some(id.clone()),
+                        copied: 7,
+                        started: true,
+                        ..NamespaceProgress::new("shop", "orders")
+                    },
+                    NamespaceProgress::new("shop", "items"),
+                ],
+                requested_at: Some(DateTime::from_millis(900)),
+                filter: Some(r#"{"x":{"$numberInt":"1"}}"#.into()),
+            };
+            let stored = doc! { fields::SNAPSHOT: state_doc(&state) };
+            assert_eq!(state_from(&stored), Ok(Some(state)), "{id:?}");
+        }
+        assert_eq!(state_from(&doc! {}), Ok(None));
+        assert_eq!(
+            state_from(&doc! { "snapshot": { "id": "x", "reason": "whenever", "namespaces": [] } }),
+            Err("snapshot.reason must be initial, requested or history_lost".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_request_names_its_namespace_or_none() {
+        let at = DateTime::from_millis(5);
+        let request = Request {
+            reason: Reason::Requested,
+            namespace: Some(("shop".into(), "orders.v2".into())),
+            requested_at: at,
+        };
+        let stored = doc! { fields::SNAPSHOT_REQUEST: request_doc(&request, "me") };
+        assert_eq!(request_from(&stored), Ok(Some(request)));
+        let bad = doc! { fields::SNAPSHOT_REQUEST: { "namespace": "orders" } };
+        assert_eq!(
+            request_from(&bad),
+            Err("snapshotRequest.namespace must be \"db.collection\"".to_owned())
+        );
+    }
+}

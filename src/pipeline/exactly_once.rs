@@ -1,0 +1,80 @@
+//! The start of an exactly-once run (`delivery = "exactly_once"`): fence every earlier
+//! producer of the pipeline's `transactional.id`, then resume from the newest committed
+//! position, which the progress topic holds when a crash came between Kafka's commit and the
+//! offsets write.
+//!
+//! Invariants:
+//! - `init_transactions` runs before the progress topic is read: the previous owner's open
+//!   transaction is aborted by then, so everything of ours up to the high watermark is decided.
+//! - The newer of the progress record and the offsets document wins by their sequences
+//!   ([`progress::newer`]); the offsets document is brought forward to a newer record before
+//!   the stream opens, so everything after it reads one position.
+
+use std::time::Duration;
+
+use tracing::info;
+
+use super::PipelineContext;
+use crate::config::transactions::transaction_timeout_ms;
+use crate::error::BridgeError;
+use crate::kafka::progress as topic;
+use crate::offsets::progress::{self, Sequences};
+use crate::offsets::{OffsetsDoc, OffsetsStore};
+
+/// The sequences of `doc`.
+pub(super) fn sequences(doc: &OffsetsDoc) -> Sequences {
+    Sequences {
+        reset: doc.reset_sequence,
+        commit: doc.commit_sequence,
+    }
+}
+
+/// Fences earlier producers and returns the offsets to start from (`offsets`, or the
+/// document brought forward to a newer progress record).
+///
+/// Errors: [`BridgeError::Transaction`] when `init_transactions` or the progress topic's
+/// creation fails, [`BridgeError::Progress`] when it cannot be read, the offsets store's.
+pub(super) async fn reconcile(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+    offsets: OffsetsDoc,
+) -> Result<OffsetsDoc, BridgeError> {
+    let p = &ctx.pipeline;
+    let timeout = Duration::from_millis(transaction_timeout_ms(&ctx.config));
+    let failed = |operation, source| BridgeError::Transaction {
+        pipeline: p.name.clone(),
+        operation,
+        source: Box::new(source),
+    };
+    ctx.sink
+        .init_transactions(timeout)
+        .await
+        .map_err(|e| failed("init", e))?;
+    let name = topic::topic(&ctx.config.mongodb.offsets_database);
+    ctx.admin
+        .create(&name, &topic::creation(&ctx.config))
+        .await
+        .map_err(|e| failed("progress_topic", e))?;
+    let kafka = ctx.config.kafka.clone();
+    let (pipeline, prefix) = (p.name.clone(), kafka.topic_prefix.clone());
+    let read = tokio::task::spawn_blocking(move || {
+        topic::read_latest(&kafka, &name, (&pipeline, &prefix), timeout)
+    })
+    .await
+    .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
+    .map_err(|reason| BridgeError::Progress {
+        pipeline: p.name.clone(),
+        reason,
+    })?;
+    match read {
+        Some((record, offset)) if progress::newer(record.sequences, sequences(&offsets)) => {
+            info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,
+                  "the progress topic is ahead of the offsets document (a stop between Kafka's \
+                   commit and the offsets write): bringing the document forward");
+            store.bring_forward(epoch, &record, offset).await?;
+            store.load(epoch).await
+        }
+        _ => Ok(offsets),
+    }
+}

@@ -1,0 +1,493 @@
+//! The relay's Kafka transactions (`delivery = "exactly_once"`): when one begins, where it may
+//! and when it must end, and the commit — every record delivered, then the progress record,
+//! then `commit_transaction` — after which, and only after which, the state is published for
+//! the checkpointer.
+//!
+//! WARNING: this code decides what becomes visible to `read_committed` consumers together.
+//!
+//! Invariants:
+//! - **MongoDB transactions stay whole.** The change stream has no end-of-transaction event, so
+//!   a Kafka transaction ends only at a boundary: before an event outside the MongoDB
+//!   transaction (`lsid`, `txnNumber`) of the last event, or where the stream was caught up (an
+//!   empty batch: a watermark or [`SourceItem::Idle`](crate::event::SourceItem::Idle); a
+//!   transaction's events are applied at once, so none of it is then left unread).
+//! - **Position and records together.** The progress record of a transaction carries the
+//!   delivered prefix's position, which at commit time is everything the transaction holds (the
+//!   window is drained first), so a `read_committed` consumer sees the records and the position
+//!   that covers them together or not at all. The checkpointer then writes the same position
+//!   and commit sequence to MongoDB: the offsets document is never ahead of Kafka, except by
+//!   positions with no record behind them (watermarks, snapshot states), which need no
+//!   transaction and take a new commit sequence.
+//! - **Bounds.** A transaction ends after `max_transaction_events` events or
+//!   `commit_interval_ms`, at the next boundary; so it holds at most that many events plus the
+//!   rest of one MongoDB transaction, and lasts at most `commit_interval_ms` plus the rest of
+//!   one MongoDB transaction. A MongoDB transaction still open at `transaction.timeout.ms` −
+//!   [`MARGIN`] aborts it and fails the run ([`BridgeError::TransactionTooLong`]), never a split.
+//! - A failed step leaves the transaction to abort: this relay aborts it when it can, else the
+//!   next producer's `init_transactions` does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::ResourceSpecifier;
+
+use super::Relay;
+use crate::encode::Record;
+use crate::error::BridgeError;
+use crate::event::MongoTransaction;
+use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::progress::PARTITION;
+use crate::metrics::TransactionMetrics;
+use crate::offsets::progress::{self, Sequences};
+
+/// Bytes a record batch of one record adds to the record's key, value and headers (batch and
+/// record headers, with room to spare), against a topic's `max.message.bytes`.
+const BATCH_OVERHEAD: usize = 256;
+
+/// How long before `transaction.timeout.ms` a Kafka transaction waiting for the end of a
+/// MongoDB transaction is aborted: room for the drain and the commit itself.
+pub const MARGIN: Duration = Duration::from_secs(5);
+
+/// An exactly-once relay's transaction state.
+pub struct Transactions {
+    progress_topic: Arc<str>,
+    key: Vec<u8>,
+    topic_prefix: String,
+    epoch: i64,
+    /// Of the last commit (a transaction's, or a position's without records).
+    sequences: Sequences,
+    last_offset: Option<i64>,
+    max_events: usize,
+    interval: Duration,
+    /// `transaction.timeout.ms` − [`MARGIN`].
+    limit: Duration,
+    /// Bound of each blocking call (commit, abort).
+    call_timeout: Duration,
+    open: Option<Open>,
+    metrics: TransactionMetrics,
+    /// Learns each topic's `max.message.bytes`.
+    admin: KafkaAdmin,
+    /// `max.message.bytes` by topic (`None`: unknown, the broker decides).
+    topic_limits: HashMap<Arc<str>, Option<usize>>,
+}
+
+/// The open transaction.
+struct Open {
+    since: Instant,
+    events: usize,
+    records: usize,
+    /// The MongoDB transaction of the last event, while no boundary came after it.
+    mongo: Option<MongoTransaction>,
+}
+
+/// What [`Transactions::new`] takes.
+pub struct TransactionSettings {
+    /// `__mongo_kafka_bridge.<offsets_database>.progress`.
+    pub progress_topic: String,
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// `[kafka] topic_prefix`.
+    pub topic_prefix: String,
+    /// Our epoch.
+    pub epoch: i64,
+    /// The sequences of the position the run starts from.
+    pub sequences: Sequences,
+    /// The offset of the progress record that position is from, if any.
+    pub progress_offset: Option<i64>,
+    /// `max_transaction_events`.
+    pub max_events: usize,
+    /// `commit_interval_ms`.
+    pub interval: Duration,
+    /// `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
+    /// For the topics' `max.message.bytes`.
+    pub admin: KafkaAdmin,
+}
+
+impl Transactions {
+    /// The state of a run that starts with no transaction open.
+    pub fn new(s: TransactionSettings, metrics: TransactionMetrics) -> Self {
+        Self {
+            progress_topic: Arc::from(s.progress_topic.as_str()),
+            key: progress::record_key(&s.pipeline, &s.topic_prefix),
+            topic_prefix: s.topic_prefix,
+            epoch: s.epoch,
+            sequences: s.sequences,
+            last_offset: s.progress_offset,
+            max_events: s.max_events,
+            interval: s.interval,
+            limit: s.transaction_timeout.saturating_sub(MARGIN),
+            call_timeout: s.transaction_timeout,
+            open: None,
+            metrics,
+            admin: s.admin,
+            topic_limits: HashMap::new(),
+        }
+    }
+
+    /// Whether a transaction is open.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    fn due(&self) -> bool {
+        self.open
+            .as_ref()
+            .is_some_and(|o| o.events >= self.max_events || o.since.elapsed() >= self.interval)
+    }
+
+    /// Whether a transaction is open and may end here, with no next item known: its last
+    /// event belongs to no MongoDB transaction, or the stream was caught up since.
+    fn at_boundary(&self) -> bool {
+        self.open.as_ref().is_some_and(|o| o.mongo.is_none())
+    }
+
+    /// Whether the open transaction may end before an item of MongoDB transaction `next`.
+    fn may_end_before(&self, next: Option<&MongoTransaction>) -> bool {
+        self.open
+            .as_ref()
+            .is_some_and(|o| o.mongo.is_none() || o.mongo.as_ref() != next)
+    }
+
+    /// The error of a MongoDB transaction that kept the open Kafka one past its bound.
+    fn too_long(&self, pipeline: &str) -> Option<BridgeError> {
+        let open = self.open.as_ref()?;
+        let mongo = open.mongo.as_ref()?;
+        let elapsed = open.since.elapsed();
+        (elapsed >= self.limit).then(|| BridgeError::TransactionTooLong {
+            pipeline: pipeline.to_owned(),
+            lsid: mongo.lsid_text(),
+            txn_number: mongo.txn_number,
+            events: open.events,
+            elapsed_ms: elapsed.as_millis() as u64,
+            limit_ms: self.limit.as_millis() as u64,
+        })
+    }
+}
+
+impl Transactions {
+    /// Reads `topic`'s `max.message.bytes` once.
+    async fn learn_limit(&mut self, topic: &Arc<str>) {
+        if self.topic_limits.contains_key(topic) {
+            return;
+        }
+        let found = self
+            .admin
+            .describe(ResourceSpecifier::Topic(topic), &["max.message.bytes"])
+            .await
+            .remove(0)
+            .and_then(|v| v.parse::<usize>().ok());
+        self.topic_limits.insert(Arc::clone(topic), found);
+    }
+}
+
+impl Relay {
+    /// Whether `record` is larger than its topic accepts (exactly-once only): such a record is
+    /// refused at enqueue, so the oversize policy stubs it inside the transaction. A broker's
+    /// refusal would instead leave the transaction abortable, where no stub can be added.
+    pub(super) fn over_topic_limit(&self, record: &Record) -> bool {
+        self.txn.as_ref().is_some_and(|t| {
+            t.topic_limits
+                .get(&record.topic)
+                .copied()
+                .flatten()
+                .is_some_and(|limit| record.size() + BATCH_OVERHEAD > limit)
+        })
+    }
+
+    /// Before an item whose records belong to MongoDB transaction `next` (`None`: none, or a
+    /// snapshot's records): commits the open transaction when it is due and may end here,
+    /// then makes sure one is open and counts the item in it.
+    ///
+    /// Errors: [`BridgeError::TransactionTooLong`], or a failed commit or begin.
+    pub(super) async fn before_records(
+        &mut self,
+        next: Option<&MongoTransaction>,
+        is_event: bool,
+        records: &[Record],
+    ) -> Result<(), BridgeError> {
+        let Some(t) = &mut self.txn else {
+            return Ok(());
+        };
+        for record in records {
+            t.learn_limit(&record.topic).await;
+        }
+        let records = records.len();
+        if let Some(error) = t.too_long(&self.pipeline) {
+            self.abort_transaction().await;
+            return Err(error);
+        }
+        if t.due() && t.may_end_before(next) {
+            self.commit_transaction().await?;
+        }
+        let begun = match self.txn.as_ref().is_some_and(Transactions::is_open) {
+            true => Ok(()),
+            false => self.sink.begin_transaction(),
+        };
+        begun.map_err(|e| self.transaction_error("begin", e))?;
+        let t = self.txn.as_mut().expect("checked above: exactly-once");
+        let open = match &mut t.open {
+            Some(open) => open,
+            None => t.open.insert(Open {
+                since: Instant::now(),
+                events: 0,
+                records: 0,
+                mongo: None,
+            }),
+        };
+        open.events += usize::from(is_event);
+        open.records += records;
+        open.mongo = next.cloned();
+        Ok(())
+    }
+
+    /// At an empty batch (or the 500 ms tick): nothing is partly read, the open transaction
+    /// may end; commits it when due. `caught_up`: an empty batch (a boundary); the tick only
+    /// checks the bounds.
+    ///
+    /// Errors: [`BridgeError::TransactionTooLong`], or a failed commit.
+    pub(super) async fn at_rest(&mut self, caught_up: bool) -> Result<(), BridgeError> {
+        let Some(t) = &mut self.txn else {
+            return Ok(());
+        };
+        if caught_up && let Some(open) = &mut t.open {
+            open.mongo = None;
+        }
+        if let Some(error) = t.too_long(&self.pipeline) {
+            self.abort_transaction().await;
+            return Err(error);
+        }
+        if t.due() && t.at_boundary() {
+            self.commit_transaction().await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the open transaction at a drain: commits it when it may end here, else aborts it
+    /// (a MongoDB transaction is partly read: all of it is read again after the restart).
+    pub(super) async fn end_transaction(&mut self) -> Result<(), BridgeError> {
+        match &self.txn {
+            Some(t) if t.at_boundary() => self.commit_transaction().await,
+            Some(t) if t.is_open() => {
+                self.abort_transaction().await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Commits the open transaction: waits until every record of it is delivered, adds the
+    /// progress record, commits, then publishes the state with its sequence.
+    async fn commit_transaction(&mut self) -> Result<(), BridgeError> {
+        while let Some(done) = self.window.next().await {
+            self.fold(done?);
+        }
+        let t = self.txn.as_ref().expect("only exactly-once relays commit");
+        let Some(open) = &t.open else { return Ok(()) };
+        let sequences = Sequences {
+            reset: t.sequences.reset,
+            commit: t.sequences.commit + 1,
+        };
+        let (fields, _) = progress::position_fields(
+            self.delivered.stream.as_ref(),
+            self.delivered.snapshot.as_deref(),
+        )
+        .map_err(|reason| BridgeError::OffsetsDocument {
+            pipeline: self.pipeline.to_string(),
+            reason,
+        })?;
+        let record = Record {
+            topic: Arc::clone(&t.progress_topic),
+            key: t.key.clone(),
+            value: Some(progress::record_value(
+                &self.pipeline,
+                &t.topic_prefix,
+                t.epoch,
+                sequences,
+                &fields,
+            )),
+            headers: Vec::new(),
+            partition: Some(PARTITION),
+        };
+        let (since, records) = (open.since, open.records + 1);
+        let delivery = self
+            .sink
+            .enqueue_waiting(&record, Some(PARTITION))
+            .await
+            .map_err(|e| self.transaction_error("progress", e))?;
+        // Delivered before the commit: with a record still in flight, rdkafka's
+        // commit_transaction first flushes with a poll that runs its whole 100 ms
+        // (rdkafka 0.39 `BaseProducer::flush`), on every commit.
+        let offset = match delivery.await {
+            Ok(Ok(delivered)) => delivered.offset,
+            Ok(Err((e, _))) => return Err(self.transaction_error("progress", e)),
+            Err(_) => {
+                let cancelled = rdkafka::error::KafkaError::Canceled;
+                return Err(self.transaction_error("progress", cancelled));
+            }
+        };
+        let started = Instant::now();
+        self.sink
+            .commit_transaction(t.call_timeout)
+            .await
+            .map_err(|e| self.transaction_error("commit", e))?;
+        let offset = Some(offset);
+        let t = self.txn.as_mut().expect("only exactly-once relays commit");
+        t.metrics.commit.observe(started.elapsed().as_secs_f64());
+        t.metrics.duration.observe(since.elapsed().as_secs_f64());
+        t.metrics.records.observe(records as f64);
+        t.metrics.committed.inc();
+        t.open = None;
+        t.sequences = sequences;
+        t.last_offset = offset.or(t.last_offset);
+        self.delivered.committed = Some((sequences.commit, t.last_offset));
+        self.safe.send_replace(self.delivered.clone());
+        Ok(())
+    }
+
+    /// Aborts the open transaction, if any; a failure is logged (the next producer's
+    /// `init_transactions` aborts it then).
+    pub(super) async fn abort_transaction(&mut self) {
+        let Some(t) = &mut self.txn else { return };
+        let Some(open) = t.open.take() else { return };
+        t.metrics.aborted.inc();
+        t.metrics
+            .duration
+            .observe(open.since.elapsed().as_secs_f64());
+        let timeout = t.call_timeout.min(Duration::from_secs(10));
+        if let Err(e) = self.sink.abort_transaction(timeout).await {
+            tracing::warn!(pipeline = %self.pipeline, error = %e,
+                "aborting the Kafka transaction failed; the next producer's init_transactions \
+                 aborts it");
+        }
+    }
+
+    /// Publishes a position with no record behind it (watermarks, snapshot states) while no
+    /// transaction is open: it takes a new commit sequence. `false` while one is open: the
+    /// state is published when it commits.
+    pub(super) fn sequence_untransacted(&mut self) -> bool {
+        let Some(t) = &mut self.txn else { return true };
+        if t.open.is_some() {
+            return false;
+        }
+        t.sequences.commit += 1;
+        self.delivered.committed = Some((t.sequences.commit, t.last_offset));
+        true
+    }
+
+    fn transaction_error(
+        &self,
+        operation: &'static str,
+        source: rdkafka::error::KafkaError,
+    ) -> BridgeError {
+        BridgeError::Transaction {
+            pipeline: self.pipeline.to_string(),
+            operation,
+            source: Box::new(source),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::rawdoc;
+
+    use super::*;
+
+    fn transactions(max_events: usize, interval: Duration, timeout: Duration) -> Transactions {
+        let kafka = crate::config::Config::from_toml(
+            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n\
+             [[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n",
+            std::iter::empty(),
+        )
+        .expect("valid")
+        .kafka;
+        let settings = TransactionSettings {
+            progress_topic: "__mongo_kafka_bridge.o.progress".into(),
+            pipeline: "p".into(),
+            topic_prefix: String::new(),
+            epoch: 1,
+            sequences: Sequences {
+                reset: 0,
+                commit: 7,
+            },
+            progress_offset: Some(3),
+            max_events,
+            interval,
+            transaction_timeout: timeout,
+            admin: KafkaAdmin::new(&kafka).expect("admin client"),
+        };
+        Transactions::new(settings, crate::metrics::Metrics::new().transactions("p"))
+    }
+
+    fn mongo(txn_number: i64) -> MongoTransaction {
+        MongoTransaction {
+            lsid: rawdoc! { "id": 1 },
+            txn_number,
+        }
+    }
+
+    fn open(t: &mut Transactions, events: usize, since: Instant, mongo: Option<MongoTransaction>) {
+        t.open = Some(Open {
+            since,
+            events,
+            records: events,
+            mongo,
+        });
+    }
+
+    #[test]
+    fn a_transaction_never_ends_inside_a_mongodb_transaction() {
+        let mut t = transactions(2, Duration::from_secs(60), Duration::from_secs(60));
+        assert!(!t.due(), "nothing is open");
+        // GIVEN a due transaction whose last event belongs to MongoDB transaction 5
+        open(&mut t, 2, Instant::now(), Some(mongo(5)));
+        assert!(t.due());
+        // THEN it may not end before another event of 5, but before one of 6 or of none
+        assert!(!t.may_end_before(Some(&mongo(5))));
+        assert!(t.may_end_before(Some(&mongo(6))));
+        assert!(t.may_end_before(None));
+        // AND after an event outside any MongoDB transaction it may end before anything
+        open(&mut t, 2, Instant::now(), None);
+        assert!(t.may_end_before(Some(&mongo(5))));
+    }
+
+    #[test]
+    fn a_transaction_is_due_by_events_or_by_time() {
+        let mut t = transactions(10, Duration::from_millis(200), Duration::from_secs(60));
+        open(&mut t, 9, Instant::now(), None);
+        assert!(!t.due(), "9 of 10 events, just opened");
+        open(&mut t, 10, Instant::now(), None);
+        assert!(t.due(), "10 events");
+        let past = Instant::now() - Duration::from_millis(250);
+        open(&mut t, 1, past, None);
+        assert!(t.due(), "older than the commit interval");
+    }
+
+    #[test]
+    fn a_mongodb_transaction_open_near_the_timeout_names_itself() {
+        let mut t = transactions(10, Duration::from_millis(200), Duration::from_secs(20));
+        let old = Instant::now() - Duration::from_secs(16);
+        // GIVEN a Kafka transaction 16 s old, 5 s margin under a 20 s timeout
+        open(&mut t, 3, old, None);
+        assert!(
+            t.too_long("p").is_none(),
+            "no MongoDB transaction holds it open"
+        );
+        open(&mut t, 3, old, Some(mongo(42)));
+        let error = t.too_long("p").expect("too long");
+        let text = error.to_string();
+        assert!(text.contains("txnNumber 42"), "{text}");
+        assert!(text.contains(r#"lsid {"id":1}"#), "{text}");
+        assert!(text.contains("transaction.timeout.ms"), "{text}");
+        assert!(matches!(
+            error,
+            BridgeError::TransactionTooLong {
+                events: 3,
+                limit_ms: 15_000,
+                ..
+            }
+        ));
+    }
+}

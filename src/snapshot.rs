@@ -1,0 +1,193 @@
+//! The snapshot: copying the documents a pipeline's namespaces already hold into its topics,
+//! while its change stream keeps being read, so that a compacted topic becomes a mirror of the
+//! collection (README, "Initial snapshot").
+//!
+//! ```text
+//!  offsets: snapshotRequest ──run start / owner's poll──▶ SnapshotState {id, namespaces}
+//!  source task: change stream ─┐
+//!               copy cursors ──┴─▶ sequence.rs (ordering proof) ─▶ channel ─▶ relay ─▶ window
+//!  checkpointer: the delivered prefix's SnapshotState (last _id per namespace) ─▶ offsets
+//! ```
+//!
+//! Invariants:
+//! - One task reads the stream and the copies; the order in which their items enter the
+//!   window is the one [`sequence`] proves correct: the last record of every key is the
+//!   document's current state once the copy finished and the stream passed its end.
+//! - A namespace's progress (`lastId`, `copied`) and its markers' delivery (`started`, `done`)
+//!   are committed by the rule of the resume token: only once every record before them is
+//!   delivered. A restart continues after the committed `lastId`; a resumed snapshot keeps its
+//!   id and publishes no second `snapshot_start`.
+//! - Memory is bounded: one reply per open cursor (at most `snapshot_parallelism`), the items
+//!   held behind an unanswered copy request ([`sequence::HOLD_ITEMS`]), and the channel's and
+//!   the window's bounds, as for events.
+
+use std::sync::Arc;
+
+use bson::{Bson, DateTime};
+
+pub mod command;
+pub mod copy;
+pub mod key;
+pub mod plan;
+pub mod sequence;
+pub mod source;
+
+/// Why a snapshot runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `snapshot = "initial"` on a pipeline without a position.
+    Initial,
+    /// The `snapshot` command.
+    Requested,
+    /// `on_history_lost = "snapshot"`: a re-sync after a gap.
+    HistoryLost,
+}
+
+impl Reason {
+    /// The stored and displayed spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Initial => "initial",
+            Self::Requested => "requested",
+            Self::HistoryLost => "history_lost",
+        }
+    }
+
+    /// Reads a stored spelling; `None` for an unknown one.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Initial, Self::Requested, Self::HistoryLost]
+            .into_iter()
+            .find(|r| r.as_str() == text)
+    }
+}
+
+/// A snapshot asked for and not started yet (`snapshotRequest` in the offsets document).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Why.
+    pub reason: Reason,
+    /// Only this namespace (`db`, `coll`); `None`: every namespace of the pipeline's scope.
+    pub namespace: Option<(String, String)>,
+    /// When it was asked for.
+    pub requested_at: DateTime,
+}
+
+/// One namespace's copy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceProgress {
+    /// Database.
+    pub db: String,
+    /// Collection.
+    pub coll: String,
+    /// Its `snapshot_start` markers are delivered.
+    pub started: bool,
+    /// The last `_id` copied such that its records and all before them are delivered (what a
+    /// restart continues after); `None` before the first batch.
+    pub last_id: Option<Bson>,
+    /// Documents copied and delivered so far.
+    pub copied: u64,
+    /// Its `snapshot_end` markers are delivered: the copy of this namespace is over.
+    pub done: bool,
+}
+
+impl NamespaceProgress {
+    /// A namespace not copied yet.
+    pub fn new(db: &str, coll: &str) -> Self {
+        Self {
+            db: db.to_owned(),
+            coll: coll.to_owned(),
+            started: false,
+            last_id: None,
+            copied: 0,
+            done: false,
+        }
+    }
+
+    /// `db.coll`.
+    pub fn namespace(&self) -> String {
+        format!("{}.{}", self.db, self.coll)
+    }
+}
+
+/// A running snapshot (`snapshot` in the offsets document), as far as it is delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotState {
+    /// Its id, in every record's `mongo.snapshot_id` header and in its markers.
+    pub id: String,
+    /// Why it runs.
+    pub reason: Reason,
+    /// When it started.
+    pub started_at: DateTime,
+    /// The namespaces it copies, in the order they are copied.
+    pub namespaces: Vec<NamespaceProgress>,
+    /// `requestedAt` of the request it answers, so a restart does not answer it twice.
+    pub requested_at: Option<DateTime>,
+    /// The `snapshot_filter` it copies with, as canonical Extended JSON (`None`: every
+    /// document). A resume under another filter is refused: the copy would mix two filters.
+    pub filter: Option<String>,
+}
+
+impl SnapshotState {
+    /// A new snapshot answering `request`, of `namespaces`, with a fresh id.
+    pub fn new(
+        request: &Request,
+        namespaces: Vec<NamespaceProgress>,
+        filter: Option<String>,
+    ) -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            reason: request.reason,
+            started_at: DateTime::now(),
+            namespaces,
+            requested_at: Some(request.requested_at),
+            filter,
+        }
+    }
+
+    /// Every namespace's copy is over.
+    pub fn is_done(&self) -> bool {
+        self.namespaces.iter().all(|n| n.done)
+    }
+
+    /// Documents copied so far, over every namespace.
+    pub fn copied(&self) -> u64 {
+        self.namespaces.iter().map(|n| n.copied).sum()
+    }
+}
+
+/// The snapshot state shared by items in flight (one clone per batch, not per document).
+pub type Progress = Arc<SnapshotState>;
+
+/// What a copied document's records need to know of its namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyTarget {
+    /// Database.
+    pub db: String,
+    /// Collection.
+    pub coll: String,
+    /// The snapshot's id.
+    pub snapshot_id: String,
+    /// Why the snapshot runs.
+    pub reason: Reason,
+    /// The shard key's field names, in order, of a sharded collection ([`key`]).
+    pub shard_key: Option<Vec<String>>,
+}
+
+/// A snapshot's control records, to every partition of the namespace's topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// Before the namespace's first copied record.
+    Start,
+    /// After its last; carries the count.
+    End,
+}
+
+impl Marker {
+    /// The marker's `operationType`.
+    pub fn operation_type(self) -> &'static str {
+        match self {
+            Self::Start => "snapshot_start",
+            Self::End => "snapshot_end",
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! `eosfreeze`: the broker frozen (SIGSTOP, then SIGCONT) under a steady write load, with
+//! `transaction.timeout.ms = 8000`: once for less than that (4 s), once for more (12 s; the
+//! long form 20 s). At 150 writes/s and a 200 ms commit interval a Kafka transaction is open
+//! at almost every moment, so each freeze catches one in the middle. The bridge process must
+//! keep running both times (its pipeline may restart inside it: a delivery timeout aborts the
+//! transaction, a coordinator that timed it out fences the producer with our epoch still
+//! current), and a fresh `read_committed` read has every event exactly once.
+
+use std::time::{Duration, Instant};
+
+use bson::Document;
+
+use super::{Isolation, check_exactly_once, read, wait_committed, warnings};
+use crate::Ctx;
+use crate::harness::*;
+use crate::say;
+
+const TRANSACTION_TIMEOUT_MS: u64 = 8000;
+const RATE: u32 = 150;
+
+pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
+    let started = Instant::now();
+    let freezes = [
+        Duration::from_secs(4),
+        Duration::from_secs(if ctx.long { 20 } else { 12 }),
+    ];
+    let inst = Instance::up(&ctx.script, &ctx.instance("eosfreeze"), false);
+    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eosfreeze");
+    cfg.properties = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
+    let topic = cfg.topic();
+    create_topic(&inst.kafka, &topic, 3).await;
+    let client = inst.client().await;
+    let coll = client.database(&cfg.db).collection::<Document>(COLL);
+    prepare_update_keys(&coll, 20).await;
+    let config = super::write_config(&cfg, "", &ctx.dir, "eosfreeze.toml");
+    let mut proc = BridgeProc::spawn(&config, ctx.dir.join("eosfreeze.log"));
+    let addr = proc.metrics_addr(Duration::from_secs(30));
+    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let load = start_load(coll.clone(), RATE, 20, 0);
+    let mut row = Row::new(&format!(
+        "exactly once: broker frozen {} s and {} s (transaction.timeout.ms {TRANSACTION_TIMEOUT_MS})",
+        freezes[0].as_secs(),
+        freezes[1].as_secs()
+    ));
+    let mut notes = Vec::new();
+    let mut recoveries = Vec::new();
+    for freeze in freezes {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let before = commit_sequence(&cfg, &client).await;
+        let lines_before = proc.log_text().lines().count();
+        let restarts_before = proc.restarts();
+        inst.freeze_kafka();
+        say!(
+            "eosfreeze: broker SIGSTOPped for {freeze:?} under {RATE} writes/s (commitSequence \
+             {before})"
+        );
+        tokio::time::sleep(freeze).await;
+        inst.thaw_kafka();
+        let thawed = Instant::now();
+        // Running again: the committed position moves (up to 120 s).
+        let frozen_at = commit_sequence(&cfg, &client).await;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while commit_sequence(&cfg, &client).await <= frozen_at
+            && Instant::now() < deadline
+            && proc.running()
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let recovered = thawed.elapsed().as_secs_f64();
+        let moved = commit_sequence(&cfg, &client).await > frozen_at;
+        row.check(proc.running(), || {
+            format!(
+                "the bridge exited after the {freeze:?} freeze: {:?}\n{}",
+                proc.exit,
+                proc.log_tail(10)
+            )
+        });
+        row.check(moved, || {
+            format!("no commit within 120 s after the {freeze:?} freeze")
+        });
+        let text = proc.log_text();
+        let new: String = text
+            .lines()
+            .skip(lines_before)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let restarts = proc.restarts() - restarts_before;
+        let what = warnings(&new);
+        say!(
+            "eosfreeze: {freeze:?} freeze: committing again {recovered:.1} s after the thaw, \
+             {restarts} pipeline restart(s); the log's warnings and errors since the freeze:\n  {}",
+            if what.is_empty() {
+                "(none)".to_owned()
+            } else {
+                what.join("\n  ")
+            }
+        );
+        notes.push(format!("{}s: {restarts} restart(s)", freeze.as_secs()));
+        recoveries.push(recovered);
+    }
+    let (acked, errors) = load.stop().await;
+    let truth = Truth::read(&coll).await;
+    let caught_up = Instant::now();
+    wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(180)).await;
+    let recovery = caught_up.elapsed().as_secs_f64();
+    row.check(proc.running(), || {
+        format!("the bridge exited: {:?}\n{}", proc.exit, proc.log_tail(10))
+    });
+    let transactions = super::transactions(&addr);
+    let status = proc.stop(Duration::from_secs(30));
+    row.check(status.success(), || format!("graceful stop: {status}"));
+    let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
+    let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
+    let v = check_exactly_once(&mut row, &truth, &committed);
+    let aborted = super::aborted(&uncommitted, &committed).len();
+    let repeats = super::sequence_repeats(
+        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
+    );
+    row.check(repeats.is_empty(), || {
+        format!(
+            "committed progress records repeat a commitSequence: {}",
+            repeats.join("; ")
+        )
+    });
+    let metrics = transactions_note(&proc.log_text());
+    say!(
+        "eosfreeze: {acked} writes ({errors} retried), {} events; read_committed: {} delivered, \
+         {} missing, {} duplicates; read_uncommitted: {aborted} aborted records; {metrics}; \
+         transactions (committed, aborted): {transactions:?}; caught up {recovery:.1} s after the load stopped",
+        v.writes,
+        v.unique,
+        v.missing,
+        v.duplicates,
+    );
+    let mut row = row.with_verdict(&v);
+    row.runs = format!("2 freezes ({})", notes.join(", "));
+    row.recovery_s = recoveries.iter().copied().reduce(f64::max);
+    row.seconds = started.elapsed().as_secs_f64();
+    vec![row]
+}
+
+async fn commit_sequence(cfg: &Cfg, client: &mongodb::Client) -> i64 {
+    cfg.offsets(client)
+        .await
+        .and_then(|d| d.get_i64("commitSequence").ok())
+        .unwrap_or(0)
+}
+
+/// How many "pipeline failed; restarting" lines name a fenced producer or a timeout.
+fn transactions_note(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("restarting from the committed position"))
+        .collect();
+    let fenced = lines
+        .iter()
+        .filter(|l| l.to_ascii_lowercase().contains("fenced"))
+        .count();
+    let timed_out = lines
+        .iter()
+        .filter(|l| l.to_ascii_lowercase().contains("timed out"))
+        .count();
+    format!(
+        "{} pipeline restarts ({fenced} naming a fenced producer, {timed_out} a timeout)",
+        lines.len()
+    )
+}

@@ -1,0 +1,379 @@
+//! `eostxn`: MongoDB transactions of 300 inserts stay whole for `read_committed` consumers
+//! although the bridge is killed while publishing one. `max_transaction_events = 10` and a
+//! light write load around the transactions, so every Kafka transaction would end after 10
+//! events if a MongoDB transaction did not hold it open.
+//!
+//! Each round commits one MongoDB transaction of 300 inserts (ids `BASE + 1000·round + i`). A
+//! long-lived `read_uncommitted` consumer (the noida-db quirk concerns `read_committed` only)
+//! kill -9s the bridge as soon as the first of its records reaches the topic: the Kafka
+//! transaction holding it is then open unless the bridge managed to commit in between. Right
+//! after the kill, fresh reads tell which: the kill landed mid-transaction when
+//! `read_uncommitted` has some of the 300 (a part, or all of them uncommitted) and
+//! `read_committed` none. The next instance starts at once.
+//!
+//! Throughout, a reader polls with a fresh `read_committed` read (see the module doc of
+//! `exactly_once`): each poll must see of every round none or all 300, each once, and a round
+//! once complete stays complete. Rounds: 3 (10 long), up to 3 more until one kill landed
+//! mid-transaction; none landing fails the scenario (it would test nothing).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bson::{Document, doc};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{Isolation, check_exactly_once, epochs_taken, read, read_all, wait_committed};
+use crate::Ctx;
+use crate::harness::*;
+use crate::say;
+
+const SIZE: usize = 300;
+const BASE: i64 = 1_000_000;
+
+fn round_of(r: &Rec) -> Option<i64> {
+    match r.event {
+        Some(EventId::Insert(id)) if id >= BASE => Some((id - BASE) / 1000),
+        _ => None,
+    }
+}
+
+/// Records of each round in `recs`: (distinct ids, records).
+fn per_round(recs: &[Rec]) -> BTreeMap<i64, (usize, usize)> {
+    let mut ids: HashMap<i64, HashSet<i64>> = HashMap::new();
+    let mut counts: BTreeMap<i64, (usize, usize)> = BTreeMap::new();
+    for r in recs {
+        if let (Some(round), Some(EventId::Insert(id))) = (round_of(r), &r.event) {
+            ids.entry(round).or_default().insert(*id);
+            counts.entry(round).or_default().1 += 1;
+        }
+    }
+    for (round, c) in &mut counts {
+        c.0 = ids[round].len();
+    }
+    counts
+}
+
+pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
+    let started = Instant::now();
+    let (rounds, extra_rounds) = if ctx.long { (10, 3) } else { (3, 3) };
+    let inst = Instance::up(&ctx.script, &ctx.instance("eostxn"), false);
+    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eostxn");
+    let topic = cfg.topic();
+    create_topic(&inst.kafka, &topic, 3).await;
+    let client = inst.client().await;
+    let coll = client.database(&cfg.db).collection::<Document>(COLL);
+    prepare_update_keys(&coll, 20).await;
+    let config = super::write_config(
+        &cfg,
+        "max_transaction_events = 10\n",
+        &ctx.dir,
+        "eostxn.toml",
+    );
+    let log = |i: usize| ctx.dir.join(format!("eostxn-{i}.log"));
+    let mut proc = BridgeProc::spawn(&config, log(0));
+    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let poller = Poller::start(&inst.kafka, &topic);
+    let watcher = Watcher::start(&inst.kafka, &topic);
+    let load = start_load(coll.clone(), 50, 20, 0);
+    let mut row = Row::new("exactly once: MongoDB transaction of 300, kill -9");
+    let mut landed = Vec::new();
+    let mut round = 0;
+    while round < rounds || (landed.iter().all(|l: &bool| !l) && round < rounds + extra_rounds) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        watcher.arm(round, proc.pid());
+        let docs: Vec<Document> = (0..SIZE as i64)
+            .map(|i| doc! { "_id": BASE + 1000 * round + i })
+            .collect();
+        let mut session = client.start_session().await.expect("session");
+        session
+            .start_transaction()
+            .await
+            .expect("start transaction");
+        coll.insert_many(docs)
+            .session(&mut session)
+            .await
+            .expect("insert 300 in a transaction");
+        session
+            .commit_transaction()
+            .await
+            .expect("commit the transaction");
+        let killed = tokio::task::block_in_place(|| proc.wait_exit(Duration::from_secs(30)));
+        row.check(killed.is_some(), || {
+            format!("round {round}: the watcher saw no record of the transaction within 30 s")
+        });
+        proc.kill9(); // reaps it (or kills it when the watcher did not)
+        let committed = per_round(&read(&inst.kafka, &topic, Isolation::Committed).await);
+        let uncommitted = per_round(&read(&inst.kafka, &topic, Isolation::Uncommitted).await);
+        let c = committed.get(&round).copied().unwrap_or_default();
+        let u = uncommitted.get(&round).copied().unwrap_or_default();
+        let mid = c.1 == 0 && u.1 > 0;
+        landed.push(mid);
+        say!(
+            "eostxn round {round}: killed {}; right after: read_committed {} of the 300, \
+             read_uncommitted {} ({})",
+            watcher.fired_note(round),
+            c.1,
+            u.1,
+            if mid && u.0 < SIZE {
+                "mid-transaction: a part published, none committed"
+            } else if mid {
+                "mid-transaction: all published, not committed"
+            } else if c.1 > 0 {
+                "too late: committed before the kill"
+            } else {
+                "too early: nothing published yet"
+            }
+        );
+        let epoch = round + 2;
+        proc = BridgeProc::spawn(&config, log(round as usize + 1));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(epochs_taken(&proc.log_text()).contains(&epoch) && poller.complete(round))
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        row.check(epochs_taken(&proc.log_text()).contains(&epoch), || {
+            format!("round {round}: the next instance did not take epoch {epoch}")
+        });
+        row.check(poller.complete(round), || {
+            format!("round {round}: read_committed did not see the 300 within 60 s of the restart")
+        });
+        round += 1;
+    }
+    let (acked, errors) = load.stop().await;
+    let truth = Truth::read(&coll).await;
+    wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(120)).await;
+    let status = proc.stop(Duration::from_secs(30));
+    row.check(status.success(), || format!("graceful stop: {status}"));
+    let polls = poller.finish();
+    drop(watcher);
+    let recs = read(&inst.kafka, &topic, Isolation::Committed).await;
+    let v = check_exactly_once(&mut row, &truth, &recs);
+    let kills_landed = landed.iter().filter(|l| **l).count();
+    let repeats = super::sequence_repeats(
+        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
+    );
+    row.check(repeats.is_empty(), || {
+        format!(
+            "committed progress records repeat a commitSequence: {}",
+            repeats.join("; ")
+        )
+    });
+    row.check(polls.violations.is_empty(), || {
+        format!(
+            "read_committed saw a part of a MongoDB transaction (or a duplicate) in {} of {} \
+             polls: {}",
+            polls.violations.len(),
+            polls.polls,
+            polls
+                .violations
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    });
+    row.check(kills_landed > 0, || {
+        format!("none of the {round} kills landed mid-transaction: the scenario tested nothing")
+    });
+    say!(
+        "eostxn: {round} transactions of {SIZE}, {kills_landed} kill(s) mid-transaction \
+         ({landed:?}); {} read_committed polls, {} saw a part; {acked} load writes ({errors} \
+         retried); final read_committed: {} events, {} delivered, {} missing, {} duplicates",
+        polls.polls,
+        polls.violations.len(),
+        v.writes,
+        v.unique,
+        v.missing,
+        v.duplicates
+    );
+    let mut row = row.with_verdict(&v);
+    row.runs = format!(
+        "{round} kills ({kills_landed} mid-transaction), {} polls",
+        polls.polls
+    );
+    row.seconds = started.elapsed().as_secs_f64();
+    vec![row]
+}
+
+/// What the polling `read_committed` reader saw.
+#[derive(Debug, Default)]
+struct Polls {
+    polls: usize,
+    /// Rounds seen complete.
+    complete: HashSet<i64>,
+    violations: Vec<String>,
+}
+
+/// Reads `read_committed` afresh in a loop, checking every round is none or all of it.
+struct Poller {
+    stop: Arc<AtomicBool>,
+    state: Arc<Mutex<Polls>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    fn start(bootstrap: &str, topic: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Mutex::new(Polls::default()));
+        let (s, st) = (Arc::clone(&stop), Arc::clone(&state));
+        let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let seen = per_round(&read_all(&bootstrap, &topic, Isolation::Committed));
+                let mut st = st.lock().expect("poll state");
+                st.polls += 1;
+                let poll = st.polls;
+                for (round, (distinct, records)) in &seen {
+                    if *distinct != SIZE || *records != SIZE {
+                        st.violations.push(format!(
+                            "poll {poll}: round {round}: {distinct} distinct of {SIZE} in \
+                             {records} records"
+                        ));
+                    } else {
+                        st.complete.insert(*round);
+                    }
+                }
+                let gone: Vec<i64> = st
+                    .complete
+                    .iter()
+                    .filter(|r| !seen.contains_key(r))
+                    .copied()
+                    .collect();
+                for round in gone {
+                    st.violations
+                        .push(format!("poll {poll}: round {round} disappeared"));
+                }
+            }
+        });
+        Self {
+            stop,
+            state,
+            thread: Some(thread),
+        }
+    }
+
+    fn complete(&self, round: i64) -> bool {
+        self.state
+            .lock()
+            .expect("poll state")
+            .complete
+            .contains(&round)
+    }
+
+    fn finish(mut self) -> Polls {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("poller thread");
+        }
+        std::mem::take(&mut *self.state.lock().expect("poll state"))
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A long-lived `read_uncommitted` consumer that kill -9s the armed process at the first
+/// record of the armed round.
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    /// (round, pid) to kill.
+    armed: Arc<Mutex<Option<(i64, u32)>>>,
+    /// Round → (the record's id, when it was seen relative to the arming).
+    fired: Arc<Mutex<HashMap<i64, (i64, Duration)>>>,
+    armed_at: Arc<Mutex<Instant>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(bootstrap: &str, topic: &str) -> Self {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("faults-eostxn-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", Isolation::Uncommitted.as_str())
+            .set("fetch.wait.max.ms", "5")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..3 {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&tpl).expect("assign");
+        let stop = Arc::new(AtomicBool::new(false));
+        let armed = Arc::new(Mutex::new(None::<(i64, u32)>));
+        let fired = Arc::new(Mutex::new(HashMap::new()));
+        let armed_at = Arc::new(Mutex::new(Instant::now()));
+        let (s, a, f, at) = (
+            Arc::clone(&stop),
+            Arc::clone(&armed),
+            Arc::clone(&fired),
+            Arc::clone(&armed_at),
+        );
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let Some(Ok(m)) = consumer.poll(Duration::from_millis(10)) else {
+                    continue;
+                };
+                let rec = super::parse(&m);
+                let Some(round) = round_of(&rec) else {
+                    continue;
+                };
+                let mut armed = a.lock().expect("armed");
+                if let Some((r, pid)) = *armed
+                    && r == round
+                {
+                    // `kill` directly (not `signal`): the process may be gone already.
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                    *armed = None;
+                    let Some(EventId::Insert(id)) = rec.event else {
+                        continue;
+                    };
+                    let after = at.lock().expect("armed_at").elapsed();
+                    f.lock().expect("fired").insert(round, (id, after));
+                }
+            }
+        });
+        Self {
+            stop,
+            armed,
+            fired,
+            armed_at,
+            thread: Some(thread),
+        }
+    }
+
+    fn arm(&self, round: i64, pid: u32) {
+        *self.armed_at.lock().expect("armed_at") = Instant::now();
+        *self.armed.lock().expect("armed") = Some((round, pid));
+    }
+
+    fn fired_note(&self, round: i64) -> String {
+        match self.fired.lock().expect("fired").get(&round) {
+            Some((id, after)) => format!(
+                "at the first record seen (id {id}, {:.0} ms after the MongoDB transaction started)",
+                after.as_secs_f64() * 1000.0
+            ),
+            None => "without the watcher (no record seen)".to_owned(),
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

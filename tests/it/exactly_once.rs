@@ -1,0 +1,148 @@
+//! `delivery = "exactly_once"`: `check`'s transaction and progress topic lines (shared
+//! servers), and a stop between Kafka's commit and the offsets write that repeats nothing (on
+//! its own servers: a fail point is server-wide, so it must not meet other tests' bridges).
+//!
+//! The crash and freeze scenarios (kill -9 under load, a MongoDB transaction killed halfway,
+//! broker freezes, two instances) are in the fault suite (`tests/faults/exactly_once.rs`).
+//!
+//! noida-db quirk (../shared/INFRA.md): a `read_committed` consumer that read past an aborted
+//! transaction skips later committed records of the same producer, while a fresh read from
+//! offset 0 is correct; every check here reads with a new consumer from the beginning
+//! (`collect_from`), with librdkafka's default `isolation.level = read_committed`.
+
+use std::time::{Duration, Instant};
+
+use bson::doc;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A config of one exactly-once pipeline on `db`.t against `servers` (MongoDB URI, Kafka
+/// bootstrap; the shared ones when `None`), whose MongoDB client names itself `app` (so a fail
+/// point can target this bridge alone).
+fn eos_config(db: &str, app: &str, servers: Option<(&str, &str)>) -> String {
+    let text = config_toml("p", db, Some("t"), "delivery = \"exactly_once\"\n");
+    let (uri, kafka) = (mongo_uri(), kafka_bootstrap());
+    let (to_uri, to_kafka) = servers.unwrap_or((&uri, &kafka));
+    let sep = if to_uri.contains('?') { '&' } else { '?' };
+    text.replacen(&uri, &format!("{to_uri}{sep}appName={app}"), 1)
+        .replacen(&format!("\"{kafka}\""), &format!("\"{to_kafka}\""), 1)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_verifies_transactions_and_the_progress_topic() {
+    // GIVEN an exactly-once pipeline on a deployment whose progress topic does not exist yet
+    let db = unique("eoscheck");
+    let file = config_file(&eos_config(&db, "mkb-eoscheck", None));
+    // WHEN `check` runs
+    let (code, out, err) = bridge_cli(&["check"], file.path());
+    // THEN it ran init_transactions for the check id and found the topic creatable
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let offsets = format!("{db}_offsets");
+    let id = format!("mongo-kafka-bridge.{offsets}.check");
+    assert!(
+        out.contains(&format!(
+            "✔ Kafka transactions supported (init_transactions for \"{id}\", check's one write)"
+        )),
+        "{out}"
+    );
+    let topic = format!("__mongo_kafka_bridge.{offsets}.progress");
+    assert!(
+        out.contains(&format!(
+            "✔ progress topic \"{topic}\" can be created (compacted, 1 partition)"
+        )),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_between_the_kafka_commit_and_the_offsets_write_repeats_nothing() {
+    let Some(servers) = crate::opsutil::Instance::up("eos-gap", &[]) else {
+        return;
+    };
+    let kafka = servers.kafka.clone();
+    // GIVEN a running exactly-once pipeline that committed its first position and 3 events
+    let db = unique("eosgap");
+    let app = format!("mkb-{db}");
+    let file = config_file(&eos_config(&db, &app, Some((&servers.mongo_uri, &kafka))));
+    let client = mongodb::Client::with_uri_str(&servers.mongo_uri)
+        .await
+        .unwrap();
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    let topic = format!("{db}.t");
+    create_topic_at(&kafka, &topic, 1, &[]).await;
+    let mut bridge = Killed(spawn_binary(file.path()));
+    wait_offsets(&client, &db, "p", WAIT, |d| d.contains_key("resumeToken")).await;
+    for id in 0..3_i64 {
+        coll.insert_one(doc! { "_id": id }).await.unwrap();
+    }
+    wait_offsets(&client, &db, "p", WAIT, |d| {
+        d.get_i64("eventsCommitted") == Ok(3)
+    })
+    .await;
+    // WHEN every offsets write of this bridge fails while it commits 5 more events to Kafka
+    fail_updates(&client, &app, true).await;
+    for id in 3..8_i64 {
+        coll.insert_one(doc! { "_id": id }).await.unwrap();
+    }
+    let log = file.path().with_extension("log");
+    let deadline = Instant::now() + WAIT;
+    let records = loop {
+        let records = collect_from(&kafka, &topic, 8, Duration::ZERO, WAIT).await;
+        let ahead = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("the progress topic is ahead of the offsets document");
+        if records.len() >= 8 && ahead {
+            break records;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Kafka commit without its offsets write"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // (the offsets document still stands before those events: Kafka is ahead)
+    let doc = offsets_doc(&client, &db, "p").await.unwrap();
+    assert_eq!(doc.get_i64("eventsCommitted"), Ok(3));
+    // AND the writes succeed again, and 2 events follow
+    fail_updates(&client, &app, false).await;
+    for id in 8..10_i64 {
+        coll.insert_one(doc! { "_id": id }).await.unwrap();
+    }
+    // THEN the document is brought forward and a read_committed consumer reads every event once
+    let records = {
+        let _ = records;
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let records = collect_from(&kafka, &topic, 10, Duration::from_secs(2), WAIT).await;
+            if records.len() >= 10 || Instant::now() > deadline {
+                break records;
+            }
+        }
+    };
+    let counts = per_id(&records);
+    let expected: std::collections::HashMap<i64, usize> = (0..10).map(|i| (i, 1)).collect();
+    assert_eq!(counts, expected, "every event exactly once");
+    assert_eq!(records.len(), 10);
+    let doc = wait_offsets(&client, &db, "p", WAIT, |d| {
+        d.get_str("delivery") == Ok("exactly_once") && d.contains_key("progressOffset")
+    })
+    .await;
+    assert!(doc.get_i64("commitSequence").unwrap() > 3, "{doc}");
+    bridge.kill();
+}
+
+/// Makes every `update` of the bridge whose MongoDB client is named `app` fail (code 10107,
+/// NotWritablePrimary: an outage, retried), or stops doing so.
+async fn fail_updates(client: &mongodb::Client, app: &str, on: bool) {
+    let command = if on {
+        doc! {
+            "configureFailPoint": "failCommand", "mode": "alwaysOn",
+            "data": { "failCommands": ["update"], "errorCode": 10107, "appName": app },
+        }
+    } else {
+        doc! { "configureFailPoint": "failCommand", "mode": "off" }
+    };
+    client.database("admin").run_command(command).await.unwrap();
+}
