@@ -71,7 +71,8 @@ impl Bridge {
             .map_err(|e| kafka_refused(&config, "admin client configuration", &e))?;
         let mut sinks = Vec::with_capacity(config.pipelines.len());
         for p in &config.pipelines {
-            let sink = PipelineContext::new_sink(&config, p, &metrics.pipeline(&p.name));
+            let sink =
+                PipelineContext::new_sink(&config, p, &metrics.pipeline(&p.name), None, None);
             sinks.push(sink.map_err(|e| match e {
                 BridgeError::Producer(e) => kafka_refused(&config, "producer configuration", &e),
                 other => other,
@@ -104,6 +105,7 @@ impl Bridge {
                 health: health.pipeline(&p.name),
                 admin: admin.clone(),
                 sink,
+                batch_cap: None,
             })
             .collect();
         tokio::spawn(crate::history::run(

@@ -493,10 +493,17 @@ impl Config {
     }
 
     /// The `transactional.id` of `pipeline`'s producer with `delivery = "exactly_once"`:
-    /// [`Config::transactional_id_prefix`] + the pipeline name. Stable across restarts, so a
-    /// new producer fences the previous one (Kafka `transactional.id` semantics, KIP-98).
-    pub fn transactional_id(&self, pipeline: &str) -> String {
-        format!("{}{pipeline}", self.transactional_id_prefix())
+    /// [`Config::transactional_id_prefix`] + the pipeline name + `.` + the offsets document's
+    /// `streamUid` (when known). Stable across restarts and take-overs, so a new producer fences
+    /// the previous one (Kafka `transactional.id` semantics, KIP-98); the `streamUid` keeps two
+    /// deployments that share a Kafka cluster, an offsets database name and a pipeline name
+    /// from fencing each other. A prefix ACL (`--resource-pattern-type prefixed`) on the prefix
+    /// covers it.
+    pub fn transactional_id(&self, pipeline: &str, stream_uid: Option<&str>) -> String {
+        match stream_uid {
+            Some(uid) => format!("{}{pipeline}.{uid}", self.transactional_id_prefix()),
+            None => format!("{}{pipeline}", self.transactional_id_prefix()),
+        }
     }
 
     /// Whether any pipeline delivers exactly once.

@@ -323,6 +323,25 @@ pub enum BridgeError {
         /// The bound it neared: `transaction.timeout.ms` minus the margin (ms).
         limit_ms: u64,
     },
+    /// A topic accepts smaller record batches than the producer builds: its records would be
+    /// refused as too large although each fits. The pipeline rebuilds its producer with
+    /// `batch.size` = the topic's limit and runs again ([`crate::kafka::limits`]).
+    #[error(
+        "pipeline {pipeline:?}: topic {topic:?} accepts record batches of at most {topic_limit} \
+         bytes (its max.message.bytes), below the producer's {batch_bytes} (batch.size, \
+         message.max.bytes); rebuilding the producer with batch.size = {topic_limit}. To avoid \
+         the restart, set [kafka.properties] \"batch.size\" = {topic_limit} or less"
+    )]
+    BatchAboveTopicLimit {
+        /// Pipeline name.
+        pipeline: String,
+        /// The topic.
+        topic: String,
+        /// Its `max.message.bytes` (bytes).
+        topic_limit: usize,
+        /// The producer's batch bound (bytes).
+        batch_bytes: usize,
+    },
     /// A task of a pipeline panicked (a bug): it is restarted like a failure, never taken for a
     /// clean stop.
     #[error("the {task} task of pipeline {pipeline:?} panicked: {message}")]
@@ -363,6 +382,7 @@ impl BridgeError {
             Self::DeliveryCancelled { .. }
             | Self::StreamClosed { .. }
             | Self::Group { .. }
+            | Self::BatchAboveTopicLimit { .. }
             | Self::Progress { .. } => ErrorClass::Transient,
             Self::Source { source, .. }
             | Self::Checkpoint { source, .. }
@@ -404,11 +424,13 @@ impl BridgeError {
             Self::Transaction { .. } => "transaction",
             Self::Progress { .. } => "progress",
             Self::TransactionTooLong { .. } => "transaction_too_long",
+            Self::BatchAboveTopicLimit { .. } => "batch_above_topic_limit",
         }
     }
 
     /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
-    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`): either a newer producer of the same
+    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`, or `_FATAL`, which a transactional call returns once
+    /// the producer raised a fatal error such as a fencing): either a newer producer of the same
     /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
     /// epoch (KAFKA-6119, librdkafka#3297). [`crate::pipeline`] tells the two apart by the
     /// offsets document's epoch.
@@ -422,7 +444,7 @@ impl BridgeError {
         };
         matches!(
             code,
-            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch)
+            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch | C::Fatal)
         )
     }
 

@@ -34,6 +34,7 @@ pub(crate) mod context;
 pub(crate) mod dead_letter;
 pub(crate) mod delivery;
 pub mod group;
+pub mod limits;
 pub mod progress;
 pub(crate) mod sink;
 pub mod topics;

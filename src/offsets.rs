@@ -6,7 +6,7 @@
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
 //!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
-//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?}` ([`snapshot`]
+//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid}` ([`snapshot`]
 //!   has the snapshot's fields, [`progress`] the exactly-once ones).
 //!
 //! Invariants:
@@ -106,6 +106,10 @@ pub(crate) mod fields {
     pub const PROGRESS_OFFSET: &str = "progressOffset";
     /// In a progress record: the topic prefix of the deployment that wrote it.
     pub const TOPIC_PREFIX: &str = "topicPrefix";
+    /// A random identity (ObjectId hex) created with the document and kept by every reset:
+    /// names the pipeline's stream in Kafka (`transactional.id`, progress records), so two
+    /// deployments sharing a Kafka cluster never collide there.
+    pub const STREAM_UID: &str = "streamUid";
 }
 
 /// An offsets document as read.
@@ -147,6 +151,8 @@ pub struct OffsetsDoc {
     pub delivery: Option<String>,
     /// Offset of the last committed progress record (exactly-once).
     pub progress_offset: Option<i64>,
+    /// `streamUid`: recorded by the first take (and by a take of a document without one).
+    pub stream_uid: Option<String>,
 }
 
 fn integer(d: &Document, key: &str) -> Result<Option<i64>, String> {
@@ -202,6 +208,7 @@ impl OffsetsDoc {
             reset_sequence: integer(d, fields::RESET_SEQUENCE)?.unwrap_or(0),
             delivery: d.get_str(fields::DELIVERY).ok().map(str::to_owned),
             progress_offset: integer(d, fields::PROGRESS_OFFSET)?,
+            stream_uid: d.get_str(fields::STREAM_UID).ok().map(str::to_owned),
         })
     }
 

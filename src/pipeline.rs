@@ -71,6 +71,9 @@ pub struct PipelineContext {
     pub admin: KafkaAdmin,
     /// The pipeline's producer: records, dead-letter stubs and gap markers.
     pub sink: KafkaSink,
+    /// The producer's `batch.size` when a topic accepts less than `[kafka.properties]` gives
+    /// ([`crate::kafka::limits`]); `None` until then.
+    pub batch_cap: Option<usize>,
 }
 
 impl PipelineContext {
@@ -99,12 +102,17 @@ impl PipelineContext {
     }
 
     /// A new producer for pipeline `p`, its statistics into the pipeline's series. With
-    /// `delivery = "exactly_once"` it is transactional ([`Config::transactional_id`]), and its
+    /// `delivery = "exactly_once"` it is transactional ([`Config::transactional_id`] of
+    /// `stream_uid`, the offsets document's; `None` before the pipeline is taken: such a
+    /// producer only proves the configuration and is replaced after the take), with
+    /// `batch.size` = `batch_cap` when given ([`PipelineContext::batch_cap`]), and its
     /// `message.timeout.ms` default is at most `transaction.timeout.ms`.
     pub fn new_sink(
         config: &Config,
         p: &PipelineConfig,
         metrics: &PipelineMetrics,
+        stream_uid: Option<&str>,
+        batch_cap: Option<usize>,
     ) -> Result<KafkaSink, BridgeError> {
         let context = KafkaContext::new(metrics.rdkafka_gauges());
         let exactly_once = p.delivery == Delivery::ExactlyOnce;
@@ -113,9 +121,15 @@ impl PipelineContext {
             message_timeout =
                 message_timeout.min(crate::config::transactions::transaction_timeout_ms(config));
         }
-        let id = exactly_once.then(|| config.transactional_id(&p.name));
-        KafkaSink::new(&config.kafka, message_timeout, id.as_deref(), context)
-            .map_err(|e| BridgeError::Producer(Box::new(e)))
+        let id = exactly_once.then(|| config.transactional_id(&p.name, stream_uid));
+        KafkaSink::new(
+            &config.kafka,
+            message_timeout,
+            id.as_deref(),
+            batch_cap,
+            context,
+        )
+        .map_err(|e| BridgeError::Producer(Box::new(e)))
     }
 }
 
@@ -198,6 +212,19 @@ async fn lifecycle(
         }
         let mut error = explain(ctx, store, *epoch, error).await;
         ctx.metrics.error(error.kind(), error.class().label());
+        if let BridgeError::BatchAboveTopicLimit { topic_limit, .. } = &error
+            && !cancel.is_cancelled()
+        {
+            // Nothing of that topic was enqueued: a producer that batches less runs at once.
+            warn!(pipeline = %p.name, error = %ctx.report(&error), "rebuilding the producer");
+            ctx.batch_cap = Some(ctx.batch_cap.map_or(*topic_limit, |c| c.min(*topic_limit)));
+            ctx.metrics.restart(error.kind());
+            if p.delivery != Delivery::ExactlyOnce {
+                ctx.sink =
+                    PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics, None, ctx.batch_cap)?;
+            }
+            continue;
+        }
         if cancel.is_cancelled() {
             if matches!(error, BridgeError::StreamClosed { .. }) {
                 // An invalidate met the shutdown: what was read is committed, and the next
@@ -285,10 +312,10 @@ async fn lifecycle(
                 .kafka_failing
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        if error.is_producer_failure() || exactly_once {
-            // Exactly-once: whatever ended the run, the producer may hold an open transaction
-            // (or a fenced state); the new one's init_transactions aborts it.
-            ctx.sink = PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics)?;
+        // Exactly-once: every run builds its own producer (`run_owned`).
+        if error.is_producer_failure() && !exactly_once {
+            ctx.sink =
+                PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics, None, ctx.batch_cap)?;
         }
     }
 }
@@ -296,7 +323,7 @@ async fn lifecycle(
 /// One run as the owner: takes (or reloads) the offsets and runs. The error that ended it;
 /// `None` when it stopped cleanly (shutdown).
 async fn run_owned(
-    ctx: &PipelineContext,
+    ctx: &mut PipelineContext,
     store: &OffsetsStore,
     cancel: &CancellationToken,
     epoch: &mut Option<i64>,
@@ -314,6 +341,22 @@ async fn run_owned(
         ctx.metrics.owned.set(1);
     }
     *epoch = offsets.epoch;
+    if ctx.pipeline.delivery == Delivery::ExactlyOnce {
+        // Whatever ended an earlier run, its producer may hold an open transaction (or a
+        // fenced state): a new one, whose init_transactions aborts it, of the transactional.id
+        // named by the document's streamUid.
+        let uid = offsets.stream_uid.as_deref();
+        match PipelineContext::new_sink(
+            &ctx.config,
+            &ctx.pipeline,
+            &ctx.metrics,
+            uid,
+            ctx.batch_cap,
+        ) {
+            Ok(sink) => ctx.sink = sink,
+            Err(e) => return Some(e),
+        }
+    }
     run::once(ctx, store, offsets, cancel).await.err()
 }
 

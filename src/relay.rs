@@ -42,6 +42,7 @@ use crate::health::{PipelineHealth, now_ms};
 use crate::kafka::admin::TopicCreator;
 use crate::kafka::dead_letter::Refused;
 use crate::kafka::delivery::{Delivery, DeliveryContext, EventDeliveries};
+use crate::kafka::limits::TopicLimits;
 use crate::kafka::sink::{EnqueueError, KafkaSink};
 use crate::metrics::{PipelineMetrics, TopicMetrics};
 use crate::snapshot::Progress;
@@ -125,6 +126,8 @@ pub struct Relay {
     lease: Option<Arc<std::sync::atomic::AtomicI64>>,
     /// Creates missing topics before their first record (`[kafka.topic_creation]`).
     topics: Option<TopicCreator>,
+    /// The topics' `max.message.bytes`, learned before their first record.
+    topic_limits: Option<TopicLimits>,
     last_position_time: Timestamp,
     /// Partition counts of the topics markers went to.
     partitions: std::collections::HashMap<Arc<str>, i32>,
@@ -166,6 +169,7 @@ impl Relay {
             context,
             lease: None,
             topics: None,
+            topic_limits: None,
             last_position_time: Timestamp {
                 time: 0,
                 increment: 0,
@@ -191,6 +195,13 @@ impl Relay {
             dead_letter: Some((self.sink.clone(), Arc::from(topic))),
             key_format: self.context.key_format,
         });
+        self
+    }
+
+    /// Learns every topic's `max.message.bytes` before its first record, refusing a topic
+    /// that accepts smaller batches than the producer builds ([`TopicLimits::admit`]).
+    pub fn with_topic_limits(mut self, limits: TopicLimits) -> Self {
+        self.topic_limits = Some(limits);
         self
     }
 
@@ -381,6 +392,9 @@ impl Relay {
             .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
         if let Some(creator) = &mut self.topics {
             creator.ensure(&topic).await?;
+        }
+        if let Some(limits) = &mut self.topic_limits {
+            limits.admit(&topic).await?;
         }
         let pending = Pending {
             deliveries: Vec::with_capacity(records.len()),

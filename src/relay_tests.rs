@@ -26,7 +26,7 @@ fn unreachable_sink(properties: &[(&str, i64)]) -> KafkaSink {
         transactional_id_prefix: None,
         group_properties: Default::default(),
     };
-    KafkaSink::new(&kafka, 120_000, None, KafkaContext::default()).expect("producer")
+    KafkaSink::new(&kafka, 120_000, None, None, KafkaContext::default()).expect("producer")
 }
 
 fn encoder() -> RecordEncoder {

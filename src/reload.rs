@@ -147,12 +147,13 @@ impl Reloader {
                 .find(|p| &p.name == name)
                 .expect("a planned pipeline is in the new configuration");
             let metrics = self.metrics.pipeline(name);
-            let sink = PipelineContext::new_sink(&new, p, &metrics).map_err(|e| match e {
-                BridgeError::Producer(e) => {
-                    crate::app::kafka_refused(&new, "producer configuration", &e)
-                }
-                other => other,
-            })?;
+            let sink =
+                PipelineContext::new_sink(&new, p, &metrics, None, None).map_err(|e| match e {
+                    BridgeError::Producer(e) => {
+                        crate::app::kafka_refused(&new, "producer configuration", &e)
+                    }
+                    other => other,
+                })?;
             contexts.push(PipelineContext {
                 config: Arc::clone(&new),
                 pipeline: p.clone(),
@@ -162,6 +163,7 @@ impl Reloader {
                 metrics,
                 admin: self.admin.clone(),
                 sink,
+                batch_cap: None,
             });
         }
         for name in &plan.added {

@@ -89,9 +89,27 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
             broker_max
         };
         let queue = config.in_flight_bounds().queue_bytes as u64;
+        let batch = crate::kafka::limits::batch_bytes(&config.kafka, None) as u64;
+        if let Some(line) = topic_max.and_then(|t| batch_line(&l.topic, t, batch)) {
+            lines.push(line);
+        }
         lines.push(size_line(l, topic_max, producer_max, queue));
     }
     lines
+}
+
+/// A warning when `topic` accepts smaller record batches (`topic_max`) than the producer
+/// builds (`batch`): the run rebuilds its producer at the topic's first record
+/// ([`crate::kafka::limits`]).
+fn batch_line(topic: &str, topic_max: u64, batch: u64) -> Option<CheckLine> {
+    (topic_max < batch).then(|| {
+        warning(format!(
+            "topic {topic:?} accepts record batches of at most {topic_max} B (max.message.bytes), \
+             below the producer's {batch} B (batch.size, message.max.bytes): the bridge rebuilds \
+             its producer with batch.size = {topic_max} at the topic's first record (one \
+             restart). Remedy: set [kafka.properties] \"batch.size\" = {topic_max} or less"
+        ))
+    })
 }
 
 /// Builds the pipelines' producer as `run` does (then drops it, off the runtime).
@@ -99,7 +117,7 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
 /// Errors: the [`BridgeError::Config`] that `run` gives for it.
 pub(super) fn producer_builds(config: &Config) -> Result<(), BridgeError> {
     let timeout = config.message_timeout_ms();
-    KafkaSink::new(&config.kafka, timeout, None, KafkaContext::default())
+    KafkaSink::new(&config.kafka, timeout, None, None, KafkaContext::default())
         .map(drop)
         .map_err(|e| crate::app::kafka_refused(config, "producer configuration", &e))
 }
@@ -284,6 +302,14 @@ mod tests {
             1 << 30,
         );
         assert!(!small_topic.ok() && small_topic.text.contains("topic max.message.bytes 50000"));
+        assert!(batch_line("t", 1_048_588, 1_000_000).is_none());
+        let batch = batch_line("t", 50_000, 1_000_000).expect("a warning");
+        assert_eq!(batch.level, super::super::Level::Warn, "{}", batch.text);
+        assert!(
+            batch.text.contains("\"batch.size\" = 50000"),
+            "{}",
+            batch.text
+        );
         let small_queue = size_line(&largest(70_000, 1), None, PRODUCER_DEFAULT_MAX, 65_536);
         assert!(
             !small_queue.ok()

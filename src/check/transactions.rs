@@ -35,7 +35,13 @@ async fn transactions_line(config: &Config) -> CheckLine {
     let timeout = config
         .message_timeout_ms()
         .min(CHECK_TIMEOUT.as_millis() as u64);
-    let sink = match KafkaSink::new(&config.kafka, timeout, Some(&id), KafkaContext::default()) {
+    let sink = match KafkaSink::new(
+        &config.kafka,
+        timeout,
+        Some(&id),
+        None,
+        KafkaContext::default(),
+    ) {
         Ok(sink) => sink,
         Err(e) => {
             let text = format!(

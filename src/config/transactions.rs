@@ -127,17 +127,20 @@ mod tests {
     }
 
     #[test]
-    fn the_transactional_id_is_the_prefix_and_the_pipeline_name() {
+    fn the_transactional_id_is_the_prefix_the_pipeline_name_and_the_stream_uid() {
         let config = parse("", "delivery = \"exactly_once\"").expect("valid");
         assert_eq!(config.pipelines[0].delivery, Delivery::ExactlyOnce);
         assert_eq!(config.pipelines[0].max_transaction_events, 10_000);
         assert_eq!(
-            config.transactional_id("orders"),
-            "mongo-kafka-bridge.ops.orders"
+            config.transactional_id("orders", Some("6740aa")),
+            "mongo-kafka-bridge.ops.orders.6740aa"
         );
         let custom = parse("transactional_id_prefix = \"eu-1/\"", "").expect("valid");
         assert_eq!(custom.pipelines[0].delivery, Delivery::AtLeastOnce);
-        assert_eq!(custom.transactional_id("orders"), "eu-1/orders");
+        assert_eq!(
+            custom.transactional_id("orders", Some("6740aa")),
+            "eu-1/orders.6740aa"
+        );
     }
 
     #[test]

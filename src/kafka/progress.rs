@@ -26,7 +26,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::config::{Config, KafkaConfig, PropertyValue, TopicCreation};
-use crate::offsets::progress::{self, ProgressRecord};
+use crate::offsets::progress::{self, ProgressKey, ProgressRecord};
 
 /// The partition every progress record goes to.
 pub const PARTITION: i32 = 0;
@@ -54,8 +54,8 @@ pub fn creation(config: &Config) -> TopicCreation {
     }
 }
 
-/// The newest committed progress record of `pipeline` under `topic_prefix` in [`PARTITION`],
-/// with its offset; `None` when there is none.
+/// The newest committed progress record of `owner` ([`ProgressKey`]) in [`PARTITION`], with
+/// its offset; `None` when there is none.
 /// Blocks: call it on the blocking pool. Waits up to `timeout` in all.
 ///
 /// Errors: librdkafka's (no broker, a missing topic), a timeout before the high watermark
@@ -63,7 +63,7 @@ pub fn creation(config: &Config) -> TopicCreation {
 pub fn read_latest(
     kafka: &KafkaConfig,
     topic: &str,
-    (pipeline, topic_prefix): (&str, &str),
+    owner: &ProgressKey,
     timeout: Duration,
 ) -> Result<Option<(ProgressRecord, i64)>, String> {
     let deadline = Instant::now() + timeout;
@@ -93,7 +93,7 @@ pub fn read_latest(
         .add_partition_offset(topic, PARTITION, Offset::Offset(start))
         .map_err(describe)?;
     reader.assign(&assignment).map_err(describe)?;
-    let key = progress::record_key(pipeline, topic_prefix);
+    let key = owner.bytes();
     let mut latest: Option<(ProgressRecord, i64)> = None;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -115,7 +115,8 @@ pub fn read_latest(
                 let offset = message.offset();
                 if message.key() == Some(key.as_slice())
                     && let Some(value) = message.payload()
-                    && let Some(record) = progress::decode(value, pipeline, topic_prefix)
+                    && let Some(record) = owner
+                        .decode(value)
                         .map_err(|e| format!("progress record at offset {offset}: {e}"))?
                     && latest
                         .as_ref()

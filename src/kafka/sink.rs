@@ -48,6 +48,8 @@ impl KafkaSink {
     /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
     ///
     /// With `transactional_id`, the producer is transactional (see [`super::transactions`]).
+    /// With `batch_size`, its `batch.size` is that many bytes, whatever `[kafka.properties]`
+    /// says (a topic's limit, see [`super::limits`]).
     ///
     /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
     /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
@@ -56,11 +58,15 @@ impl KafkaSink {
         kafka: &KafkaConfig,
         message_timeout_ms: u64,
         transactional_id: Option<&str>,
+        batch_size: Option<usize>,
         context: KafkaContext,
     ) -> Result<Self, KafkaError> {
         let mut config = super::producer_config(kafka, message_timeout_ms);
         if let Some(id) = transactional_id {
             config.set("transactional.id", id);
+        }
+        if let Some(bytes) = batch_size {
+            config.set("batch.size", bytes.to_string());
         }
         if !kafka.properties.contains_key("statistics.interval.ms") {
             config.set(

@@ -71,7 +71,7 @@ impl OffsetsAdmin {
     }
 
     /// Forgets the position of `name` if its epoch is still `epoch`: removes every field but
-    /// the epoch, which is incremented (the next start follows the pipeline's `start_at`).
+    /// the epoch, which is incremented, the sequences and `streamUid` (the next start follows the pipeline's `start_at`).
     /// The document itself stays so that epochs are never reused: an instance still holding
     /// an old epoch (a paused process) is fenced on its next write, as after any reset, instead
     /// of matching a re-created document that starts again at epoch 1. Whether it applied.
@@ -94,7 +94,7 @@ impl OffsetsAdmin {
                 .await?;
             return Ok(result.deleted_count == 1);
         };
-        let kept = doc! {
+        let mut kept = doc! {
             fields::ID: name,
             fields::EPOCH: epoch + 1,
             fields::EVENTS_COMMITTED: 0_i64,
@@ -106,6 +106,10 @@ impl OffsetsAdmin {
             fields::SCHEMA_VERSION: SCHEMA_VERSION,
             fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
         };
+        // Kept: the pipeline's Kafka transactional.id and progress records stay its own.
+        if let Ok(uid) = before.get_str(fields::STREAM_UID) {
+            kept.insert(fields::STREAM_UID, uid);
+        }
         let result = self
             .collection
             .replace_one(doc! { fields::ID: name, fields::EPOCH: epoch }, kept)

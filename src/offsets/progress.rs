@@ -3,8 +3,8 @@
 //! progress topic, whose value is the committed position as a document of the offsets
 //! document's own field names (canonical Extended JSON, so `kcat` shows it exactly).
 //!
-//! Record shape: key `{"pipeline":…,"topicPrefix":…}` (compact JSON); value
-//! `{_id: <pipeline>, topicPrefix, epoch, commitSequence, resetSequence, resumeToken?,
+//! Record shape: key `{"pipeline":…,"topicPrefix":…,"streamUid":…}` (compact JSON); value
+//! `{_id: <pipeline>, topicPrefix, streamUid, epoch, commitSequence, resetSequence, resumeToken?,
 //!   clusterTime?, positionTime?, wallTime?, updatedAt, snapshot? | lastSnapshot?}`.
 //!
 //! Invariants:
@@ -120,74 +120,85 @@ impl ProgressRecord {
     }
 }
 
-/// The key of `pipeline`'s progress records: compact JSON naming the pipeline and the
-/// deployment's topic prefix, so two deployments sharing a progress topic never collide.
-pub fn record_key(pipeline: &str, topic_prefix: &str) -> Vec<u8> {
-    serde_json::json!({ "pipeline": pipeline, "topicPrefix": topic_prefix })
-        .to_string()
-        .into_bytes()
+/// Whose progress records: the pipeline, the deployment's topic prefix and the offsets
+/// document's `streamUid`. Two deployments that share a Kafka cluster (and so the progress
+/// topic of one `offsets_database` name) differ at least in the `streamUid`, so neither ever
+/// reads the other's position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressKey {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// `[kafka] topic_prefix`.
+    pub topic_prefix: String,
+    /// The offsets document's `streamUid`.
+    pub stream_uid: String,
 }
 
-/// The value of a progress record: `fields` (from [`position_fields`]) with the pipeline,
-/// prefix, epoch and sequences, as canonical Extended JSON.
-pub fn record_value(
-    pipeline: &str,
-    topic_prefix: &str,
-    epoch: i64,
-    sequences: Sequences,
-    fields_set: &Document,
-) -> Vec<u8> {
-    let mut out = doc! {
-        fields::ID: pipeline,
-        fields::TOPIC_PREFIX: topic_prefix,
-        fields::EPOCH: epoch,
-        fields::COMMIT_SEQUENCE: sequences.commit,
-        fields::RESET_SEQUENCE: sequences.reset,
-    };
-    for (key, value) in fields_set {
-        out.insert(key.clone(), value.clone());
-    }
-    Bson::Document(out)
-        .into_canonical_extjson()
+impl ProgressKey {
+    /// The records' Kafka key: compact JSON `{"pipeline":…,"topicPrefix":…,"streamUid":…}`.
+    pub fn bytes(&self) -> Vec<u8> {
+        serde_json::json!({
+            "pipeline": self.pipeline,
+            "topicPrefix": self.topic_prefix,
+            "streamUid": self.stream_uid,
+        })
         .to_string()
         .into_bytes()
-}
-
-/// Decodes a progress record's value; `None` when it is not one of `pipeline` under
-/// `topic_prefix` (another pipeline's or deployment's record in the same partition).
-///
-/// Errors: a value that is not a progress record (named why).
-pub fn decode(
-    value: &[u8],
-    pipeline: &str,
-    topic_prefix: &str,
-) -> Result<Option<ProgressRecord>, String> {
-    let json: serde_json::Value =
-        serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
-    let Bson::Document(doc) =
-        Bson::try_from(json).map_err(|e| format!("not Extended JSON: {e}"))?
-    else {
-        return Err("not a document".to_owned());
-    };
-    if doc.get_str(fields::ID).ok() != Some(pipeline)
-        || doc.get_str(fields::TOPIC_PREFIX).ok() != Some(topic_prefix)
-    {
-        return Ok(None);
     }
-    let int = |key: &str| {
-        doc.get_i64(key)
-            .map_err(|_| format!("{key} must be a 64-bit integer"))
-    };
-    let sequences = Sequences {
-        reset: int(fields::RESET_SEQUENCE)?,
-        commit: int(fields::COMMIT_SEQUENCE)?,
-    };
-    let epoch = int(fields::EPOCH)?;
-    Ok(Some(ProgressRecord {
-        doc,
-        sequences,
-        epoch,
-    }))
+
+    /// The value of a progress record: `fields` (from [`position_fields`]) with the key's
+    /// fields, the epoch and the sequences, as canonical Extended JSON.
+    pub fn value(&self, epoch: i64, sequences: Sequences, fields_set: &Document) -> Vec<u8> {
+        let mut out = doc! {
+            fields::ID: &self.pipeline,
+            fields::TOPIC_PREFIX: &self.topic_prefix,
+            fields::STREAM_UID: &self.stream_uid,
+            fields::EPOCH: epoch,
+            fields::COMMIT_SEQUENCE: sequences.commit,
+            fields::RESET_SEQUENCE: sequences.reset,
+        };
+        for (key, value) in fields_set {
+            out.insert(key.clone(), value.clone());
+        }
+        Bson::Document(out)
+            .into_canonical_extjson()
+            .to_string()
+            .into_bytes()
+    }
+
+    /// Decodes a progress record's value; `None` when it is not one of this key (another
+    /// pipeline's or deployment's record in the same partition).
+    ///
+    /// Errors: a value that is not a progress record (named why).
+    pub fn decode(&self, value: &[u8]) -> Result<Option<ProgressRecord>, String> {
+        let json: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
+        let Bson::Document(doc) =
+            Bson::try_from(json).map_err(|e| format!("not Extended JSON: {e}"))?
+        else {
+            return Err("not a document".to_owned());
+        };
+        let ours = doc.get_str(fields::ID).ok() == Some(self.pipeline.as_str())
+            && doc.get_str(fields::TOPIC_PREFIX).ok() == Some(self.topic_prefix.as_str())
+            && doc.get_str(fields::STREAM_UID).ok() == Some(self.stream_uid.as_str());
+        if !ours {
+            return Ok(None);
+        }
+        let int = |key: &str| {
+            doc.get_i64(key)
+                .map_err(|_| format!("{key} must be a 64-bit integer"))
+        };
+        let sequences = Sequences {
+            reset: int(fields::RESET_SEQUENCE)?,
+            commit: int(fields::COMMIT_SEQUENCE)?,
+        };
+        let epoch = int(fields::EPOCH)?;
+        Ok(Some(ProgressRecord {
+            doc,
+            sequences,
+            epoch,
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +206,14 @@ mod tests {
     use bson::{Timestamp, rawdoc};
 
     use super::*;
+
+    fn key(pipeline: &str, topic_prefix: &str, stream_uid: &str) -> ProgressKey {
+        ProgressKey {
+            pipeline: pipeline.into(),
+            topic_prefix: topic_prefix.into(),
+            stream_uid: stream_uid.into(),
+        }
+    }
 
     fn position() -> Position {
         Position {
@@ -219,8 +238,9 @@ mod tests {
             reset: 2,
             commit: 41,
         };
-        let value = record_value("orders", "shop.", 9, s, &set);
-        let record = decode(&value, "orders", "shop.")
+        let value = key("orders", "shop.", "u1").value(9, s, &set);
+        let record = key("orders", "shop.", "u1")
+            .decode(&value)
             .expect("valid")
             .expect("ours");
         assert_eq!(record.sequences, s);
@@ -242,9 +262,8 @@ mod tests {
 
     #[test]
     fn records_of_other_pipelines_or_deployments_are_not_ours() {
-        let value = record_value(
-            "orders",
-            "shop.",
+        let ours = key("orders", "shop.", "u1");
+        let value = ours.value(
             1,
             Sequences {
                 reset: 0,
@@ -252,9 +271,15 @@ mod tests {
             },
             &doc! {},
         );
-        assert_eq!(decode(&value, "orders", "other."), Ok(None));
-        assert_eq!(decode(&value, "users", "shop."), Ok(None));
-        assert!(decode(b"{", "orders", "shop.").is_err());
+        assert_eq!(key("orders", "other.", "u1").decode(&value), Ok(None));
+        assert_eq!(key("users", "shop.", "u1").decode(&value), Ok(None));
+        assert_eq!(
+            key("orders", "shop.", "u2").decode(&value),
+            Ok(None),
+            "another deployment's pipeline of the same name and prefix"
+        );
+        assert_ne!(ours.bytes(), key("orders", "shop.", "u2").bytes());
+        assert!(ours.decode(b"{").is_err());
     }
 
     #[test]

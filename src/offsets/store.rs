@@ -45,6 +45,12 @@ pub struct OffsetsStore {
     lease_valid_until: Arc<AtomicI64>,
 }
 
+/// A new `streamUid`: an ObjectId's hex (12 bytes: seconds, a per-process random value, a
+/// counter), unique across deployments without coordination.
+fn new_stream_uid() -> String {
+    bson::oid::ObjectId::new().to_hex()
+}
+
 fn majority() -> WriteConcern {
     WriteConcern::majority()
 }
@@ -135,16 +141,20 @@ impl OffsetsStore {
 
     /// The update of a take-over: the next epoch, our owner string, a fresh lease and the
     /// configured stream identity.
-    fn take_update(&self) -> Document {
+    /// The update of a take-over of `seen` (the document as read; `None`: there is none): a
+    /// document without a `streamUid` gets a new one (the take is conditional on the epoch
+    /// read, so two takes never record two).
+    fn take_update(&self, seen: Option<&OffsetsDoc>) -> Document {
         let id = &*self.identity;
-        doc! {
-            "$inc": { fields::EPOCH: 1_i64 },
-            "$set": { fields::OWNER: &self.owner, fields::LEASE_UNTIL: self.lease_until(),
-                      fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
-                      fields::SCHEMA_VERSION: SCHEMA_VERSION,
-                      fields::FINGERPRINT: &id.fingerprint, fields::STREAM: id.stream.clone(),
-                      fields::KEY_FORMAT: id.key_format },
+        let mut set = doc! { fields::OWNER: &self.owner, fields::LEASE_UNTIL: self.lease_until(),
+        fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        fields::SCHEMA_VERSION: SCHEMA_VERSION,
+        fields::FINGERPRINT: &id.fingerprint, fields::STREAM: id.stream.clone(),
+        fields::KEY_FORMAT: id.key_format };
+        if seen.is_none_or(|d| d.stream_uid.is_none()) {
+            set.insert(fields::STREAM_UID, new_stream_uid());
         }
+        doc! { "$inc": { fields::EPOCH: 1_i64 }, "$set": set }
     }
 
     /// The stored document, if any (no ownership check).
@@ -173,7 +183,8 @@ impl OffsetsStore {
                 .find_one_and_update(
                     doc! { fields::ID: &self.pipeline },
                     doc! { "$setOnInsert": { fields::EVENTS_COMMITTED: 0_i64,
-                    fields::SCHEMA_VERSION: SCHEMA_VERSION } },
+                    fields::SCHEMA_VERSION: SCHEMA_VERSION,
+                    fields::STREAM_UID: new_stream_uid() } },
                 )
                 .upsert(true)
                 .return_document(ReturnDocument::After)
@@ -190,7 +201,7 @@ impl OffsetsStore {
                 None => doc! { fields::ID: &self.pipeline, fields::EPOCH: { "$exists": false } },
             };
             filter.extend(self.identity_filter(Some(&current))?);
-            if let Some(taken) = self.take_where(filter, false).await? {
+            if let Some(taken) = self.take_where(filter, Some(&current), false).await? {
                 self.log_identity_changes(&current);
                 return Ok(taken);
             }
@@ -249,18 +260,19 @@ impl OffsetsStore {
         // A deleted document (`offsets reset --delete`) is created by the winner; a concurrent
         // insert of another standby meets DuplicateKey and loses.
         let upsert = seen.is_none();
-        self.take_where(filter, upsert).await
+        self.take_where(filter, seen, upsert).await
     }
 
     async fn take_where(
         &self,
         filter: Document,
+        seen: Option<&OffsetsDoc>,
         upsert: bool,
     ) -> Result<Option<OffsetsDoc>, BridgeError> {
         let started_ms = DateTime::now().timestamp_millis();
         let taken = self
             .collection
-            .find_one_and_update(filter, self.take_update())
+            .find_one_and_update(filter, self.take_update(seen))
             .upsert(upsert)
             .return_document(ReturnDocument::After)
             .write_concern(majority())

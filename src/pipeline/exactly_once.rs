@@ -18,7 +18,7 @@ use super::PipelineContext;
 use crate::config::transactions::transaction_timeout_ms;
 use crate::error::BridgeError;
 use crate::kafka::progress as topic;
-use crate::offsets::progress::{self, Sequences};
+use crate::offsets::progress::{self, ProgressKey, Sequences};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 
 /// The sequences of `doc`.
@@ -27,6 +27,30 @@ pub(super) fn sequences(doc: &OffsetsDoc) -> Sequences {
         reset: doc.reset_sequence,
         commit: doc.commit_sequence,
     }
+}
+
+/// Whose progress records this pipeline reads and writes: its name, the topic prefix and
+/// the document's `streamUid` (which every take records).
+///
+/// Errors: [`BridgeError::OffsetsDocument`] for a taken document without a `streamUid`.
+pub(super) fn progress_key(
+    ctx: &PipelineContext,
+    doc: &OffsetsDoc,
+) -> Result<ProgressKey, BridgeError> {
+    let stream_uid = doc
+        .stream_uid
+        .clone()
+        .ok_or_else(|| BridgeError::OffsetsDocument {
+            pipeline: ctx.pipeline.name.clone(),
+            reason: "it has no streamUid although the pipeline was taken (it was edited by \
+                     hand?); remedy: `offsets reset` the pipeline"
+                .to_owned(),
+        })?;
+    Ok(ProgressKey {
+        pipeline: ctx.pipeline.name.clone(),
+        topic_prefix: ctx.config.kafka.topic_prefix.clone(),
+        stream_uid,
+    })
 }
 
 /// Fences earlier producers and returns the offsets to start from (`offsets`, or the
@@ -57,16 +81,15 @@ pub(super) async fn reconcile(
         .await
         .map_err(|e| failed("progress_topic", e))?;
     let kafka = ctx.config.kafka.clone();
-    let (pipeline, prefix) = (p.name.clone(), kafka.topic_prefix.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        topic::read_latest(&kafka, &name, (&pipeline, &prefix), timeout)
-    })
-    .await
-    .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
-    .map_err(|reason| BridgeError::Progress {
-        pipeline: p.name.clone(),
-        reason,
-    })?;
+    let owner = progress_key(ctx, &offsets)?;
+    let read =
+        tokio::task::spawn_blocking(move || topic::read_latest(&kafka, &name, &owner, timeout))
+            .await
+            .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
+            .map_err(|reason| BridgeError::Progress {
+                pipeline: p.name.clone(),
+                reason,
+            })?;
     match read {
         Some((record, offset)) if progress::newer(record.sequences, sequences(&offsets)) => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,

@@ -35,6 +35,7 @@ use crate::encode::RecordEncoder;
 use crate::error::{BridgeError, is_history_lost};
 use crate::event::{Position, Safe, format_timestamp, timestamp_now};
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
+use crate::kafka::limits::{TopicLimits, batch_bytes};
 use crate::kafka::topics;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::transaction::{TransactionSettings, Transactions};
@@ -263,7 +264,12 @@ async fn stages(
         Arc::clone(&ctx.health),
         safe_tx,
     )
-    .with_lease(store.lease_valid_until());
+    .with_lease(store.lease_valid_until())
+    .with_topic_limits(TopicLimits::new(
+        ctx.admin.clone(),
+        &p.name,
+        batch_bytes(&ctx.config.kafka, ctx.batch_cap),
+    ));
     if let Some(topic) = &p.dead_letter_topic {
         relay = relay.with_dead_letter(topic);
     }
@@ -308,8 +314,7 @@ async fn transactions(
     let config = &ctx.config;
     let settings = TransactionSettings {
         progress_topic: crate::kafka::progress::topic(&config.mongodb.offsets_database),
-        pipeline: ctx.pipeline.name.clone(),
-        topic_prefix: config.kafka.topic_prefix.clone(),
+        owner: exactly_once::progress_key(ctx, &now)?,
         epoch,
         sequences: exactly_once::sequences(&now),
         progress_offset: now.progress_offset,
@@ -318,7 +323,6 @@ async fn transactions(
         transaction_timeout: Duration::from_millis(
             crate::config::transactions::transaction_timeout_ms(config),
         ),
-        admin: ctx.admin.clone(),
     };
     Ok(Transactions::new(settings, ctx.metrics.transactions()))
 }

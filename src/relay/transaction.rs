@@ -26,20 +26,16 @@
 //! - A failed step leaves the transaction to abort: this relay aborts it when it can, else the
 //!   next producer's `init_transactions` does.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use rdkafka::admin::ResourceSpecifier;
 
 use super::Relay;
 use crate::encode::Record;
 use crate::error::BridgeError;
 use crate::event::MongoTransaction;
-use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::progress::PARTITION;
 use crate::metrics::TransactionMetrics;
-use crate::offsets::progress::{self, Sequences};
+use crate::offsets::progress::{self, ProgressKey, Sequences};
 
 /// Bytes a record batch of one record adds to the record's key, value and headers (batch and
 /// record headers, with room to spare), against a topic's `max.message.bytes`.
@@ -53,7 +49,7 @@ pub const MARGIN: Duration = Duration::from_secs(5);
 pub struct Transactions {
     progress_topic: Arc<str>,
     key: Vec<u8>,
-    topic_prefix: String,
+    owner: ProgressKey,
     epoch: i64,
     /// Of the last commit (a transaction's, or a position's without records).
     sequences: Sequences,
@@ -66,10 +62,6 @@ pub struct Transactions {
     call_timeout: Duration,
     open: Option<Open>,
     metrics: TransactionMetrics,
-    /// Learns each topic's `max.message.bytes`.
-    admin: KafkaAdmin,
-    /// `max.message.bytes` by topic (`None`: unknown, the broker decides).
-    topic_limits: HashMap<Arc<str>, Option<usize>>,
 }
 
 /// The open transaction.
@@ -85,10 +77,8 @@ struct Open {
 pub struct TransactionSettings {
     /// `__mongo_kafka_bridge.<offsets_database>.progress`.
     pub progress_topic: String,
-    /// The pipeline's name.
-    pub pipeline: String,
-    /// `[kafka] topic_prefix`.
-    pub topic_prefix: String,
+    /// Whose progress records the transactions write.
+    pub owner: ProgressKey,
     /// Our epoch.
     pub epoch: i64,
     /// The sequences of the position the run starts from.
@@ -101,8 +91,6 @@ pub struct TransactionSettings {
     pub interval: Duration,
     /// `transaction.timeout.ms`.
     pub transaction_timeout: Duration,
-    /// For the topics' `max.message.bytes`.
-    pub admin: KafkaAdmin,
 }
 
 impl Transactions {
@@ -110,8 +98,8 @@ impl Transactions {
     pub fn new(s: TransactionSettings, metrics: TransactionMetrics) -> Self {
         Self {
             progress_topic: Arc::from(s.progress_topic.as_str()),
-            key: progress::record_key(&s.pipeline, &s.topic_prefix),
-            topic_prefix: s.topic_prefix,
+            key: s.owner.bytes(),
+            owner: s.owner,
             epoch: s.epoch,
             sequences: s.sequences,
             last_offset: s.progress_offset,
@@ -121,8 +109,6 @@ impl Transactions {
             call_timeout: s.transaction_timeout,
             open: None,
             metrics,
-            admin: s.admin,
-            topic_limits: HashMap::new(),
         }
     }
 
@@ -166,34 +152,17 @@ impl Transactions {
     }
 }
 
-impl Transactions {
-    /// Reads `topic`'s `max.message.bytes` once.
-    async fn learn_limit(&mut self, topic: &Arc<str>) {
-        if self.topic_limits.contains_key(topic) {
-            return;
-        }
-        let found = self
-            .admin
-            .describe(ResourceSpecifier::Topic(topic), &["max.message.bytes"])
-            .await
-            .remove(0)
-            .and_then(|v| v.parse::<usize>().ok());
-        self.topic_limits.insert(Arc::clone(topic), found);
-    }
-}
-
 impl Relay {
     /// Whether `record` is larger than its topic accepts (exactly-once only): such a record is
     /// refused at enqueue, so the oversize policy stubs it inside the transaction. A broker's
     /// refusal would instead leave the transaction abortable, where no stub can be added.
     pub(super) fn over_topic_limit(&self, record: &Record) -> bool {
-        self.txn.as_ref().is_some_and(|t| {
-            t.topic_limits
-                .get(&record.topic)
-                .copied()
-                .flatten()
+        self.txn.is_some()
+            && self
+                .topic_limits
+                .as_ref()
+                .and_then(|l| l.get(&record.topic))
                 .is_some_and(|limit| record.size() + BATCH_OVERHEAD > limit)
-        })
     }
 
     /// Before an item whose records belong to MongoDB transaction `next` (`None`: none, or a
@@ -210,9 +179,6 @@ impl Relay {
         let Some(t) = &mut self.txn else {
             return Ok(());
         };
-        for record in records {
-            t.learn_limit(&record.topic).await;
-        }
         let records = records.len();
         if let Some(error) = t.too_long(&self.pipeline) {
             self.abort_transaction().await;
@@ -300,13 +266,7 @@ impl Relay {
         let record = Record {
             topic: Arc::clone(&t.progress_topic),
             key: t.key.clone(),
-            value: Some(progress::record_value(
-                &self.pipeline,
-                &t.topic_prefix,
-                t.epoch,
-                sequences,
-                &fields,
-            )),
+            value: Some(t.owner.value(t.epoch, sequences, &fields)),
             headers: Vec::new(),
             partition: Some(PARTITION),
         };
@@ -396,17 +356,13 @@ mod tests {
     use super::*;
 
     fn transactions(max_events: usize, interval: Duration, timeout: Duration) -> Transactions {
-        let kafka = crate::config::Config::from_toml(
-            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n\
-             [[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n",
-            std::iter::empty(),
-        )
-        .expect("valid")
-        .kafka;
         let settings = TransactionSettings {
             progress_topic: "__mongo_kafka_bridge.o.progress".into(),
-            pipeline: "p".into(),
-            topic_prefix: String::new(),
+            owner: ProgressKey {
+                pipeline: "p".into(),
+                topic_prefix: String::new(),
+                stream_uid: "u".into(),
+            },
             epoch: 1,
             sequences: Sequences {
                 reset: 0,
@@ -416,7 +372,6 @@ mod tests {
             max_events,
             interval,
             transaction_timeout: timeout,
-            admin: KafkaAdmin::new(&kafka).expect("admin client"),
         };
         Transactions::new(settings, crate::metrics::Metrics::new().transactions("p"))
     }

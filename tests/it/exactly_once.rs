@@ -133,6 +133,91 @@ async fn a_stop_between_the_kafka_commit_and_the_offsets_write_repeats_nothing()
     bridge.kill();
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn two_deployments_sharing_kafka_and_an_offsets_database_name_never_meet() {
+    // GIVEN two deployments on one Kafka cluster with the same offsets database name, the same
+    // pipeline name and topic prefix, each with its own offsets (here: its own offsets
+    // collection; in production, usually its own MongoDB cluster), both exactly-once
+    let base = unique("eostwo");
+    let offsets_db = format!("{base}_offsets");
+    let deployment = |db: &str, offsets_collection: &str| {
+        let text = config_toml("p", db, Some("t"), "delivery = \"exactly_once\"\n");
+        text.replacen(
+            &format!("offsets_database = \"{db}_offsets\""),
+            &format!(
+                "offsets_database = \"{offsets_db}\"\noffsets_collection = \"{offsets_collection}\""
+            ),
+            1,
+        )
+    };
+    let (db_a, db_b) = (format!("{base}a"), format!("{base}b"));
+    for db in [&db_a, &db_b] {
+        create_topic(&format!("{db}.t"), 1).await;
+    }
+    let a = start_bridge(&deployment(&db_a, "offsets_a")).await;
+    let b = start_bridge(&deployment(&db_b, "offsets_b")).await;
+    let client = mongo().await;
+    let offsets = client.database(&offsets_db);
+    for name in ["offsets_a", "offsets_b"] {
+        let coll = offsets.collection::<bson::Document>(name);
+        wait_doc(&coll, |d| d.contains_key("resumeToken")).await;
+    }
+    // WHEN both publish 20 events of their own, interleaved
+    for id in 0..20_i64 {
+        for db in [&db_a, &db_b] {
+            let coll = client.database(db).collection::<bson::Document>("t");
+            coll.insert_one(doc! { "_id": id }).await.unwrap();
+        }
+    }
+    // THEN each topic holds its 20 events exactly once for a read_committed consumer
+    let expected: std::collections::HashMap<i64, usize> = (0..20).map(|i| (i, 1)).collect();
+    for db in [&db_a, &db_b] {
+        let topic = format!("{db}.t");
+        let records =
+            collect_from(&kafka_bootstrap(), &topic, 20, Duration::from_secs(2), WAIT).await;
+        assert_eq!(per_id(&records), expected, "{topic}");
+    }
+    // AND each committed its own 20 events under its own streamUid, never fenced or restarted
+    // by the other (the same transactional.id would fence back and forth; the same progress
+    // key would bring one's offsets forward to the other's position)
+    let mut uids = Vec::new();
+    for name in ["offsets_a", "offsets_b"] {
+        let coll = offsets.collection::<bson::Document>(name);
+        let doc = wait_doc(&coll, |d| d.get_i64("eventsCommitted") == Ok(20)).await;
+        assert_eq!(doc.get_i64("epoch"), Ok(1), "{name}: {doc}");
+        uids.push(doc.get_str("streamUid").unwrap().to_owned());
+    }
+    assert_ne!(uids[0], uids[1]);
+    for bridge in [&a, &b] {
+        let (_, metrics) = crate::opsutil::get(bridge.metrics_addr(), "/metrics").await;
+        let restarts: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("mongo_kafka_bridge_pipeline_restarts_total"))
+            .collect();
+        assert!(restarts.is_empty(), "{restarts:?}");
+    }
+    for bridge in [a, b] {
+        bridge.shutdown();
+        bridge.wait().await.unwrap();
+    }
+}
+
+/// The document `p` of `coll` once `ready` holds (within [`WAIT`]).
+async fn wait_doc(
+    coll: &mongodb::Collection<bson::Document>,
+    ready: impl Fn(&bson::Document) -> bool,
+) -> bson::Document {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let doc = coll.find_one(doc! { "_id": "p" }).await.unwrap();
+        match doc {
+            Some(doc) if ready(&doc) => return doc,
+            other => assert!(Instant::now() < deadline, "{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Makes every `update` of the bridge whose MongoDB client is named `app` fail (code 10107,
 /// NotWritablePrimary: an outage, retried), or stops doing so.
 async fn fail_updates(client: &mongodb::Client, app: &str, on: bool) {

@@ -1006,6 +1006,51 @@ async fn c12_oversized_record_goes_to_the_dead_letter_topic() {
     oversize_goes_to_the_dead_letter_topic(Limit::Topic).await;
 }
 
+/// A topic whose `max.message.bytes` (50 000) is below the producer's batch bound (librdkafka's
+/// 1 000 000): records that fit one by one would be refused batched together.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_that_fit_a_small_topic_are_delivered_not_refused_as_a_batch() {
+    // GIVEN a topic accepting record batches of at most 50 000 bytes, and a running pipeline
+    let (db, name) = (unique("batchcap"), "batchcap");
+    let topic = format!("{db}.orders");
+    create_topic_at(
+        &kafka_bootstrap(),
+        &topic,
+        1,
+        &[("max.message.bytes", "50000")],
+    )
+    .await;
+    let client = mongo().await;
+    let bridge = start_bridge(&config_toml(name, &db, Some("orders"), "")).await;
+    let metrics = bridge.metrics().clone();
+    wait_offsets(&client, &db, name, WAIT, |d| d.contains_key("resumeToken")).await;
+    // WHEN 30 documents of ~20 KB each arrive at once (600 KB: many records per batch)
+    let orders = client.database(&db).collection::<Document>("orders");
+    let docs: Vec<Document> = (0..30)
+        .map(|id| doc! { "_id": id, "blob": "x".repeat(20_000) })
+        .collect();
+    orders.insert_many(docs).await.unwrap();
+    // THEN every record arrives exactly once, none refused, the bridge still running
+    wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) == 30).await;
+    let received = records(&topic, 30, WAIT).await;
+    let mut keys: Vec<String> = received.iter().filter_map(|r| r.key.clone()).collect();
+    keys.sort();
+    let mut expected: Vec<String> = (0..30).map(key_of).collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    assert_eq!(counter(&metrics, DELIVERY_ERRORS, name, &[]), 0.0);
+    // AND the producer was rebuilt once, batching at most the topic's limit
+    let rebuilt = counter(
+        &metrics,
+        RESTARTS,
+        name,
+        &[("reason", "batch_above_topic_limit")],
+    );
+    assert_eq!((rebuilt, restarts(&metrics, name)), (1.0, 1.0));
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
+
 // ------------------------------------------------------------------------------- C15, C23
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,169 @@
+//! What each topic accepts per record batch, against what the producer batches.
+//!
+//! librdkafka fills one record batch per partition up to `batch.size` (and the request up to
+//! `message.max.bytes`); the broker checks a whole batch against the topic's
+//! `max.message.bytes` and refuses it with `MESSAGE_TOO_LARGE` when larger, although every
+//! record in it fits (Kafka docs, topic config `max.message.bytes`: "the largest record batch
+//! size allowed"). librdkafka does not split a refused batch, so each of its records would
+//! fail as if too large.
+//!
+//! Invariants:
+//! - A topic's `max.message.bytes` is read once per run, before its first record is enqueued
+//!   ([`TopicLimits::admit`]); a topic whose limit is below the producer's batch bound is
+//!   refused with [`BridgeError::BatchAboveTopicLimit`] before anything of it is enqueued. The
+//!   pipeline then rebuilds its producer with `batch.size` = that limit
+//!   ([`crate::pipeline`]) and runs again from the committed position.
+//! - A record larger than `batch.size` is still produced, alone in its batch (librdkafka
+//!   `CONFIGURATION.md`, `batch.size`), so a lower bound never refuses a record that fits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rdkafka::admin::ResourceSpecifier;
+
+use super::admin::KafkaAdmin;
+use crate::config::KafkaConfig;
+use crate::error::BridgeError;
+
+/// librdkafka's default of `batch.size` and of `message.max.bytes` (bytes).
+const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
+
+/// The most bytes one record batch of the producer holds: the least of `batch.size` and
+/// `message.max.bytes` (each `[kafka.properties]` or librdkafka's default) and `cap` (a bound
+/// the pipeline learned from a topic).
+pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
+    let property = |key: &str| {
+        kafka
+            .properties
+            .get(key)
+            .and_then(|v| v.to_string().parse::<usize>().ok())
+            .unwrap_or(LIBRDKAFKA_DEFAULT)
+    };
+    property("batch.size")
+        .min(property("message.max.bytes"))
+        .min(cap.unwrap_or(usize::MAX))
+}
+
+/// The topics' `max.message.bytes`, learned once each.
+pub struct TopicLimits {
+    admin: KafkaAdmin,
+    pipeline: Arc<str>,
+    batch_bytes: usize,
+    /// `None`: unknown (the broker did not say); the broker decides.
+    by_topic: HashMap<Arc<str>, Option<usize>>,
+    last: Option<Arc<str>>,
+}
+
+impl TopicLimits {
+    /// The limits of `pipeline`'s topics, for a producer batching up to `batch_bytes`
+    /// ([`batch_bytes`]).
+    pub fn new(admin: KafkaAdmin, pipeline: &str, batch_bytes: usize) -> Self {
+        Self {
+            admin,
+            pipeline: Arc::from(pipeline),
+            batch_bytes,
+            by_topic: HashMap::new(),
+            last: None,
+        }
+    }
+
+    /// Learns `topic`'s `max.message.bytes` (once; the topic exists by now).
+    ///
+    /// Errors: [`BridgeError::BatchAboveTopicLimit`] when it is below the producer's batch
+    /// bound.
+    pub async fn admit(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
+        if self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            return Ok(());
+        }
+        let limit = match self.by_topic.get(topic) {
+            Some(limit) => *limit,
+            None => {
+                let found = self
+                    .admin
+                    .describe(ResourceSpecifier::Topic(topic), &["max.message.bytes"])
+                    .await
+                    .remove(0)
+                    .and_then(|v| v.parse::<usize>().ok());
+                self.by_topic.insert(Arc::clone(topic), found);
+                found
+            }
+        };
+        self.check(topic, limit)?;
+        self.last = Some(Arc::clone(topic));
+        Ok(())
+    }
+
+    fn check(&self, topic: &str, limit: Option<usize>) -> Result<(), BridgeError> {
+        match limit {
+            Some(limit) if limit < self.batch_bytes => Err(BridgeError::BatchAboveTopicLimit {
+                pipeline: self.pipeline.to_string(),
+                topic: topic.to_owned(),
+                topic_limit: limit,
+                batch_bytes: self.batch_bytes,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// `topic`'s `max.message.bytes`, when learned and known.
+    pub fn get(&self, topic: &str) -> Option<usize> {
+        self.by_topic.get(topic).copied().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kafka(properties: &str) -> KafkaConfig {
+        crate::config::Config::from_toml(
+            &format!(
+                "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n\
+                 [kafka.properties]\n{properties}\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n"
+            ),
+            std::iter::empty(),
+        )
+        .expect("valid")
+        .kafka
+    }
+
+    #[test]
+    fn the_batch_bound_is_the_least_of_the_properties_and_the_cap() {
+        assert_eq!(batch_bytes(&kafka(""), None), 1_000_000);
+        assert_eq!(
+            batch_bytes(&kafka("\"batch.size\" = 300000"), None),
+            300_000
+        );
+        assert_eq!(
+            batch_bytes(&kafka("\"message.max.bytes\" = 200000"), None),
+            200_000
+        );
+        assert_eq!(
+            batch_bytes(&kafka("\"batch.size\" = 300000"), Some(50_000)),
+            50_000
+        );
+    }
+
+    #[test]
+    fn a_topic_below_the_batch_bound_is_refused_naming_both() {
+        let admin = KafkaAdmin::new(&kafka("")).expect("admin client");
+        let limits = TopicLimits::new(admin, "p", 1_000_000);
+        assert!(
+            limits.check("t", None).is_ok(),
+            "unknown: the broker decides"
+        );
+        assert!(limits.check("t", Some(1_000_000)).is_ok());
+        match limits.check("t", Some(50_000)) {
+            Err(BridgeError::BatchAboveTopicLimit {
+                topic,
+                topic_limit,
+                batch_bytes,
+                ..
+            }) => assert_eq!(
+                (topic.as_str(), topic_limit, batch_bytes),
+                ("t", 50_000, 1_000_000)
+            ),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
