@@ -223,6 +223,95 @@ pub fn progress_layout(uncommitted: &[Progress], committed: &[Progress], upto: i
         .join(" ")
 }
 
+/// The committed records that landed after their own transaction's abort marker: the first
+/// copy of a duplicated event, preceded (past other such copies) by a control record and then
+/// an aborted record of the same partition.
+///
+/// noida-db 0.2.3 quirk (found 2026-12-02, `eosfreeze`): a produce request of a transaction
+/// that sat in the frozen broker's socket buffer while the client timed it out is processed
+/// after the thaw, after the abort marker the coordinator wrote for that transaction (the
+/// client's epoch bump), and noida accepts it with the older producer epoch; the next commit
+/// marker of the same producer id (the new producer's first transaction) then commits it.
+/// Kafka rejects such a request (a producer epoch older than the partition's, which the abort
+/// marker raised: KIP-98, KIP-360), so these copies never exist there. Only a test on noida
+/// may set them aside, and only these: any other repeat still fails it.
+pub fn landed_after_abort(
+    uncommitted: &[Rec],
+    committed: &[Rec],
+) -> std::collections::HashSet<(i32, i64)> {
+    use std::collections::{HashMap, HashSet};
+    let visible: HashSet<(i32, i64)> = committed.iter().map(|r| (r.partition, r.offset)).collect();
+    let mut copies: HashMap<&EventId, Vec<(i32, i64)>> = HashMap::new();
+    for r in committed {
+        if let Some(e) = &r.event {
+            copies.entry(e).or_default().push((r.partition, r.offset));
+        }
+    }
+    let firsts: HashSet<(i32, i64)> = copies
+        .values()
+        .filter(|c| c.len() > 1)
+        .filter_map(|c| c.iter().min().copied())
+        .collect();
+    let mut by_partition: HashMap<i32, Vec<i64>> = HashMap::new();
+    for r in uncommitted {
+        by_partition.entry(r.partition).or_default().push(r.offset);
+    }
+    firsts
+        .iter()
+        .copied()
+        .filter(|&(partition, offset)| {
+            let mut offsets = by_partition.get(&partition).cloned().unwrap_or_default();
+            offsets.sort_unstable();
+            let mut after = offset;
+            for &o in offsets.iter().rev().filter(|&&o| o < offset) {
+                if firsts.contains(&(partition, o)) {
+                    after = o;
+                    continue;
+                }
+                return !visible.contains(&(partition, o)) && o < after - 1;
+            }
+            false
+        })
+        .collect()
+}
+
+/// Each partition's records around its first repeated event (`around` offsets either side of
+/// both copies) as `offset:C|A:event`: the evidence of a duplicate.
+pub fn data_layout(uncommitted: &[Rec], committed: &[Rec], around: i64) -> String {
+    let seen: std::collections::HashSet<(i32, i64)> =
+        committed.iter().map(|r| (r.partition, r.offset)).collect();
+    let mut first: std::collections::HashMap<&Option<EventId>, &Rec> = Default::default();
+    let mut windows: Vec<(i32, i64, i64)> = Vec::new();
+    for r in committed {
+        if let Some(f) = first.get(&r.event) {
+            if r.event.is_some() && !windows.iter().any(|w| w.0 == r.partition) {
+                windows.push((r.partition, f.offset - around, r.offset + around));
+            }
+        } else {
+            first.insert(&r.event, r);
+        }
+    }
+    windows
+        .iter()
+        .map(|&(partition, from, to)| {
+            let cells: Vec<String> = uncommitted
+                .iter()
+                .filter(|r| r.partition == partition && (from..=to).contains(&r.offset))
+                .map(|r| {
+                    let state = if seen.contains(&(r.partition, r.offset)) {
+                        "C"
+                    } else {
+                        "A"
+                    };
+                    format!("{}:{state}:{:?}@{:?}", r.offset, r.event, r.timestamp_ms)
+                })
+                .collect();
+            format!("partition {partition}: {}", cells.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 /// Committed progress records whose `commitSequence` does not rise (one pipeline, no reset):
 /// a transaction committed again from an older position, i.e. its records replayed. The first
 /// 5 as text.

@@ -53,6 +53,8 @@ pub struct Instance {
     script: PathBuf,
     pub mongo_uri: String,
     pub kafka: String,
+    /// `MKB_KAFKA_BROKER` of `scripts/services up`: `noida` or `tansu`.
+    pub broker: String,
 }
 
 impl Instance {
@@ -74,6 +76,7 @@ impl Instance {
             script: script.to_owned(),
             mongo_uri: String::new(),
             kafka: String::new(),
+            broker: String::new(),
         };
         let mut args = vec!["up", "--fresh", "--plain", "--timeout", "90"];
         args.extend(extra);
@@ -89,6 +92,7 @@ impl Instance {
                 match k {
                     "MONGODB_URI" => inst.mongo_uri = v.to_owned(),
                     "KAFKA_BOOTSTRAP" => inst.kafka = v.to_owned(),
+                    "MKB_KAFKA_BROKER" => inst.broker = v.to_owned(),
                     _ => {}
                 }
             }
