@@ -402,7 +402,7 @@ impl Config {
                     field: "--config".into(),
                     reason: format!("not valid TOML: {e}"),
                 })?;
-        rules::apply_env(&mut tree, env)?;
+        let overrides = rules::apply_env(&mut tree, env)?;
         let mut settings = tree.clone();
         settings.remove("pipelines");
         let lease_set = tree.get("bridge").and_then(|b| b.get("lease_ms")).is_some();
@@ -410,16 +410,16 @@ impl Config {
             .map_err(|e| {
                 let path = e.path().to_string();
                 let reason = e.into_inner().message().to_owned();
-                BridgeError::Config {
+                overrides.name_variable(BridgeError::Config {
                     field: field_path(&path, &reason),
                     reason,
-                }
+                })
             })?;
         config.settings = Settings(settings);
         if !lease_set {
             group::default_lease(&mut config);
         }
-        config.validate()?;
+        config.validate().map_err(|e| overrides.name_variable(e))?;
         Ok(config)
     }
 

@@ -94,8 +94,8 @@ pub enum BridgeError {
         "pipeline {pipeline:?} has a snapshot running with snapshot_filter {stored}, but the \
          configuration now says {configured}: resuming would copy the rest under another filter. \
          Restore the filter until the snapshot finished (`offsets show {pipeline}`), or start \
-         over with `mongo-kafka-bridge offsets reset {pipeline} --to-now` and then \
-         `mongo-kafka-bridge snapshot {pipeline}`"
+         over with `mongo-kafka-bridge offsets reset {pipeline} --to-now --config FILE` and \
+         then `mongo-kafka-bridge snapshot {pipeline} --config FILE`"
     )]
     SnapshotFilterChanged {
         /// Pipeline name.
@@ -243,9 +243,9 @@ pub enum BridgeError {
         "pipeline {pipeline:?} was changed since its position was committed: the offsets \
          document records the stream {stored} but the configuration says {configured}. The \
          pipeline is refused (the others run on). Either start the changed stream elsewhere \
-         with `mongo-kafka-bridge offsets reset {pipeline} --to-now` (or --to-timestamp T), or \
-         accept that the new filter resumes from the old position with `mongo-kafka-bridge \
-         offsets accept-config {pipeline}`"
+         with `mongo-kafka-bridge offsets reset {pipeline} --to-now --config FILE` (or \
+         --to-timestamp T), or accept that the new filter resumes from the old position with \
+         `mongo-kafka-bridge offsets accept-config {pipeline} --config FILE`"
     )]
     ConfigChanged {
         /// Pipeline name.

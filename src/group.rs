@@ -271,7 +271,7 @@ impl Supervisor {
                 None => Some(format!(
                     "assigned pipeline {name:?}, which this member's configuration does not \
                      define: roll the same [[pipelines]] out to every member (or retire a \
-                     removed pipeline with `offsets reset {name} --delete`)"
+                     removed pipeline with `mongo-kafka-bridge offsets reset {name} --delete --config FILE`)"
                 )),
             },
         };

@@ -273,7 +273,10 @@ fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
         OffsetsArgs::Reset(r) => {
             let to = match (r.to_now, r.to_timestamp, r.delete) {
                 (true, _, _) => ResetTo::Now,
-                (_, Some(t), _) => match offsets_cli::parse_timestamp(&t) {
+                (_, Some(t), _) => match offsets_cli::parse_timestamp(&t).and_then(|ts| {
+                    let now = chrono::Utc::now().timestamp();
+                    offsets_cli::refuse_future(ts, u32::try_from(now).unwrap_or(u32::MAX))
+                }) {
                     Ok(ts) => ResetTo::Timestamp(ts),
                     Err(e) => {
                         eprintln!("error: --to-timestamp: {e}");

@@ -128,8 +128,9 @@ fn identity_lines(p: &PipelineConfig, stored: &OffsetsDoc) -> Vec<CheckLine> {
             format!(
                 "pipeline {}: the configured stream {} differs from the one its position was \
                  committed for, {recorded}: run refuses the pipeline. Remedy: mongo-kafka-bridge \
-                 offsets reset {} --to-now (start the new stream there), or offsets \
-                 accept-config {} (resume the new filter from the old position)",
+                 offsets reset {} --to-now --config FILE (start the new stream there), or \
+                 mongo-kafka-bridge offsets accept-config {} --config FILE (resume the new \
+                 filter from the old position)",
                 p.name,
                 describe(&configured.stream),
                 p.name,
@@ -210,8 +211,8 @@ async fn offsets_line(
             false,
             format!(
                 "pipeline {}: committed {kind} at {} is older than the oldest oplog entry ({}): the \
-             history is lost. Remedy: mongo-kafka-bridge offsets reset {} --to-now (the changes \
-             in between are skipped)",
+             history is lost. Remedy: mongo-kafka-bridge offsets reset {} --to-now --config FILE \
+             (the changes in between are skipped)",
                 p.name,
                 crate::event::rfc3339_seconds(at.time.into()),
                 crate::event::rfc3339_seconds(b.oldest.time.into()),

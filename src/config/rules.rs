@@ -33,7 +33,8 @@ pub(super) fn is_secret_property(key: &str) -> bool {
 pub(super) fn apply_env(
     tree: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), BridgeError> {
+) -> Result<Overrides, BridgeError> {
+    let mut applied = Overrides::default();
     for (name, raw) in env {
         let Some(path) = name.strip_prefix(ENV_PREFIX) else {
             continue;
@@ -56,6 +57,9 @@ pub(super) fn apply_env(
                     ));
                 };
                 let key = key.to_ascii_lowercase().replace('_', ".");
+                applied
+                    .0
+                    .push((format!("kafka.properties.\"{key}\""), name.clone()));
                 props.insert(key, toml::Value::String(raw));
                 continue;
             }
@@ -76,9 +80,37 @@ pub(super) fn apply_env(
             Ok(i) if section == "bridge" || key.ends_with("_ms") => toml::Value::Integer(i),
             _ => toml::Value::String(raw),
         };
+        applied.0.push((format!("{section}.{key}"), name.clone()));
         section_table(tree, &section).insert(key, value);
     }
-    Ok(())
+    Ok(applied)
+}
+
+/// The fields environment overrides set: `(field, variable)`, the field as configuration
+/// errors name it (`bridge.commit_interval_ms`, `kafka.properties."linger.ms"`).
+#[derive(Debug, Default)]
+pub(super) struct Overrides(Vec<(String, String)>);
+
+impl Overrides {
+    /// `error` naming the environment variable when its field was set by one (the file does
+    /// not hold the bad value then).
+    pub(super) fn name_variable(&self, error: BridgeError) -> BridgeError {
+        match error {
+            BridgeError::Config { field, reason } => {
+                let var = self.0.iter().rev().find(|(f, _)| {
+                    field == *f
+                        || field.starts_with(&format!("{f}."))
+                        || field.starts_with(&format!("{f}["))
+                });
+                let reason = match var {
+                    Some((_, var)) => format!("{reason} (set by the environment variable {var})"),
+                    None => reason,
+                };
+                BridgeError::Config { field, reason }
+            }
+            other => other,
+        }
+    }
 }
 
 fn section_table<'a>(tree: &'a mut toml::Table, section: &str) -> &'a mut toml::Table {

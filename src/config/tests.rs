@@ -985,6 +985,31 @@ fn env_integer_that_does_not_parse_names_the_field() {
     ));
     assert_eq!(field, "bridge.commit_interval_ms");
     assert!(reason.contains("expected u64"), "{reason}");
+    assert!(
+        reason.ends_with(
+            " (set by the environment variable MONGO_KAFKA_BRIDGE__BRIDGE__COMMIT_INTERVAL_MS)"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_rule_broken_by_an_env_override_names_the_variable_and_one_of_the_file_does_not() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__METRICS__HISTORY_INTERVAL_MS", "50")],
+    ));
+    assert_eq!(field, "metrics.history_interval_ms");
+    assert_eq!(
+        reason,
+        "50 is too often: use 0 (off) or at least 1000 (set by the environment variable \
+         MONGO_KAFKA_BRIDGE__METRICS__HISTORY_INTERVAL_MS)"
+    );
+    let (_, reason) = config_error(parse_env(
+        &valid_with("[metrics]\nhistory_interval_ms = 50\n"),
+        &[("MONGO_KAFKA_BRIDGE__BRIDGE__COMMIT_INTERVAL_MS", "250")],
+    ));
+    assert_eq!(reason, "50 is too often: use 0 (off) or at least 1000");
 }
 
 #[test]

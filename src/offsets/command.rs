@@ -90,6 +90,31 @@ pub fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
     }
 }
 
+/// How far ahead of this machine's clock `--to-timestamp` may be (seconds): clock skew
+/// between hosts, not a time to wait for.
+pub const FUTURE_TOLERANCE_S: u32 = 60;
+
+/// Refuses a `--to-timestamp` that lies more than [`FUTURE_TOLERANCE_S`] after `now_s` (Unix
+/// seconds): the stream would start there, and the events written until then would never be
+/// published (a silent gap, often a time zone mistake).
+///
+/// Errors: a sentence naming both times and the way forward.
+pub fn refuse_future(at: Timestamp, now_s: u32) -> Result<Timestamp, String> {
+    if at.time <= now_s.saturating_add(FUTURE_TOLERANCE_S) {
+        return Ok(at);
+    }
+    let show = |s: u32| {
+        chrono::DateTime::from_timestamp(i64::from(s), 0)
+            .map_or_else(|| s.to_string(), |t| t.to_rfc3339())
+    };
+    Err(format!(
+        "{} is in the future (now is {}): the events written until then would never be \
+         published. Give a past time (RFC 3339 with its offset, e.g. Z for UTC), or --to-now",
+        show(at.time),
+        show(now_s)
+    ))
+}
+
 /// Runs `command`, writing its report to `out`. Returns whether it succeeded (`false`: a reset
 /// was refused or the pipeline has no document).
 ///
@@ -417,5 +442,26 @@ mod tests {
         assert_eq!(parse_timestamp("2025-11-29T08:00:00Z"), t(1_764_403_200, 0));
         assert!(parse_timestamp("yesterday").is_err());
         assert!(parse_timestamp("1.x").is_err());
+    }
+
+    #[test]
+    fn a_time_past_the_clock_and_its_tolerance_is_refused() {
+        let at = |time| Timestamp { time, increment: 3 };
+        let now = 1_764_403_200;
+        assert_eq!(refuse_future(at(now - 3600), now), Ok(at(now - 3600)));
+        assert_eq!(
+            refuse_future(at(now + 60), now),
+            Ok(at(now + 60)),
+            "clock skew"
+        );
+        assert_eq!(
+            refuse_future(at(now + 3600), now),
+            Err(
+                "2025-11-29T09:00:00+00:00 is in the future (now is 2025-11-29T08:00:00+00:00): \
+                 the events written until then would never be published. Give a past time \
+                 (RFC 3339 with its offset, e.g. Z for UTC), or --to-now"
+                    .to_owned()
+            )
+        );
     }
 }
