@@ -105,7 +105,7 @@ impl Bridge {
                 health: health.pipeline(&p.name),
                 admin: admin.clone(),
                 sink,
-                batch_cap: None,
+                learned: Default::default(),
             })
             .collect();
         tokio::spawn(crate::history::run(

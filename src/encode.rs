@@ -320,6 +320,7 @@ impl RecordEncoder {
                     key,
                     headers,
                     size,
+                    enqueued: false,
                 };
                 vec![dead_letter::stub(
                     dlq,

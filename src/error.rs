@@ -342,6 +342,23 @@ pub enum BridgeError {
         /// The producer's batch bound (bytes).
         batch_bytes: usize,
     },
+    /// The broker refused a record as too large inside a Kafka transaction (exactly-once), which
+    /// then can only abort. The run ends; the next one stubs records of that size for the topic
+    /// at enqueue ([`crate::kafka::limits::Learned`]).
+    #[error(
+        "pipeline {pipeline:?}: the broker refused a record of {size} bytes for topic {topic:?} \
+         as too large inside a Kafka transaction, which can then only abort: it was aborted and \
+         its span is read again with records of this size for the topic stubbed at enqueue \
+         (on_oversize = \"dead_letter\"). Check the topic's max.message.bytes"
+    )]
+    RefusedInTransaction {
+        /// Pipeline name.
+        pipeline: String,
+        /// The topic.
+        topic: String,
+        /// The record's key plus value bytes.
+        size: usize,
+    },
     /// A task of a pipeline panicked (a bug): it is restarted like a failure, never taken for a
     /// clean stop.
     #[error("the {task} task of pipeline {pipeline:?} panicked: {message}")]
@@ -383,6 +400,7 @@ impl BridgeError {
             | Self::StreamClosed { .. }
             | Self::Group { .. }
             | Self::BatchAboveTopicLimit { .. }
+            | Self::RefusedInTransaction { .. }
             | Self::Progress { .. } => ErrorClass::Transient,
             Self::Source { source, .. }
             | Self::Checkpoint { source, .. }
@@ -425,6 +443,7 @@ impl BridgeError {
             Self::Progress { .. } => "progress",
             Self::TransactionTooLong { .. } => "transaction_too_long",
             Self::BatchAboveTopicLimit { .. } => "batch_above_topic_limit",
+            Self::RefusedInTransaction { .. } => "refused_in_transaction",
         }
     }
 
@@ -456,6 +475,7 @@ impl BridgeError {
             Self::Delivery { .. }
                 | Self::DeliveryCancelled { .. }
                 | Self::DeadLetterRefused { .. }
+                | Self::RefusedInTransaction { .. }
                 | Self::Transaction { .. }
         )
     }

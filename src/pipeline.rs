@@ -37,6 +37,7 @@ use crate::gap::Skip;
 use crate::health::PipelineHealth;
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::context::KafkaContext;
+use crate::kafka::limits::Learned;
 use crate::kafka::sink::KafkaSink;
 use crate::metrics::PipelineMetrics;
 use crate::offsets::{OffsetsStore, StreamIdentity};
@@ -71,9 +72,9 @@ pub struct PipelineContext {
     pub admin: KafkaAdmin,
     /// The pipeline's producer: records, dead-letter stubs and gap markers.
     pub sink: KafkaSink,
-    /// The producer's `batch.size` when a topic accepts less than `[kafka.properties]` gives
-    /// ([`crate::kafka::limits`]); `None` until then.
-    pub batch_cap: Option<usize>,
+    /// What its runs learned about the topics (kept across restarts,
+    /// [`crate::kafka::limits::Learned`]).
+    pub learned: Learned,
 }
 
 impl PipelineContext {
@@ -105,7 +106,7 @@ impl PipelineContext {
     /// `delivery = "exactly_once"` it is transactional ([`Config::transactional_id`] of
     /// `stream_uid`, the offsets document's; `None` before the pipeline is taken: such a
     /// producer only proves the configuration and is replaced after the take), with
-    /// `batch.size` = `batch_cap` when given ([`PipelineContext::batch_cap`]), and its
+    /// `batch.size` = `batch_cap` when given ([`Learned::batch_cap`]), and its
     /// `message.timeout.ms` default is at most `transaction.timeout.ms`.
     pub fn new_sink(
         config: &Config,
@@ -212,16 +213,25 @@ async fn lifecycle(
         }
         let mut error = explain(ctx, store, *epoch, error).await;
         ctx.metrics.error(error.kind(), error.class().label());
+        if let BridgeError::RefusedInTransaction { topic, size, .. } = &error {
+            // Restarted as any transient failure; the next run stubs such records at enqueue.
+            ctx.learned.refused(topic, *size);
+        }
         if let BridgeError::BatchAboveTopicLimit { topic_limit, .. } = &error
             && !cancel.is_cancelled()
         {
             // Nothing of that topic was enqueued: a producer that batches less runs at once.
             warn!(pipeline = %p.name, error = %ctx.report(&error), "rebuilding the producer");
-            ctx.batch_cap = Some(ctx.batch_cap.map_or(*topic_limit, |c| c.min(*topic_limit)));
+            ctx.learned.cap_batches(*topic_limit);
             ctx.metrics.restart(error.kind());
             if p.delivery != Delivery::ExactlyOnce {
-                ctx.sink =
-                    PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics, None, ctx.batch_cap)?;
+                ctx.sink = PipelineContext::new_sink(
+                    &ctx.config,
+                    &p,
+                    &ctx.metrics,
+                    None,
+                    ctx.learned.batch_cap,
+                )?;
             }
             continue;
         }
@@ -314,8 +324,13 @@ async fn lifecycle(
         }
         // Exactly-once: every run builds its own producer (`run_owned`).
         if error.is_producer_failure() && !exactly_once {
-            ctx.sink =
-                PipelineContext::new_sink(&ctx.config, &p, &ctx.metrics, None, ctx.batch_cap)?;
+            ctx.sink = PipelineContext::new_sink(
+                &ctx.config,
+                &p,
+                &ctx.metrics,
+                None,
+                ctx.learned.batch_cap,
+            )?;
         }
     }
 }
@@ -351,7 +366,7 @@ async fn run_owned(
             &ctx.pipeline,
             &ctx.metrics,
             uid,
-            ctx.batch_cap,
+            ctx.learned.batch_cap,
         ) {
             Ok(sink) => ctx.sink = sink,
             Err(e) => return Some(e),

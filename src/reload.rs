@@ -163,7 +163,7 @@ impl Reloader {
                 metrics,
                 admin: self.admin.clone(),
                 sink,
-                batch_cap: None,
+                learned: Default::default(),
             });
         }
         for name in &plan.added {

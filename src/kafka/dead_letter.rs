@@ -31,6 +31,9 @@ pub struct Refused {
     pub headers: Vec<(&'static str, Vec<u8>)>,
     /// Key plus value bytes.
     pub size: usize,
+    /// Whether it was enqueued (and so is part of the producer's open transaction, if any):
+    /// `false` when librdkafka or the bridge refused it at enqueue.
+    pub enqueued: bool,
 }
 
 impl Refused {
@@ -42,6 +45,7 @@ impl Refused {
             key: record.key,
             headers: record.headers,
             size,
+            enqueued: false,
         }
     }
 
@@ -61,6 +65,7 @@ impl Refused {
             size: message.payload().map_or(0, <[u8]>::len) + key.len(),
             key,
             headers,
+            enqueued: true,
         }
     }
 
@@ -166,6 +171,7 @@ mod tests {
             key: key.as_bytes().to_vec(),
             headers: Vec::new(),
             size: 10,
+            enqueued: false,
         };
         let record = stub(&Arc::from("dlq"), &refused, "too large", Format::Bson);
         assert_eq!(record.key, key.as_bytes().to_vec());

@@ -154,6 +154,15 @@ impl EventDeliveries {
                 size: refused.size,
             });
         };
+        if refused.enqueued && sink.is_transactional() {
+            // The transaction can only abort now: no stub can join it.
+            self.topic_metrics.delivery_error(&error_code(&error));
+            return Err(BridgeError::RefusedInTransaction {
+                pipeline,
+                topic: refused.topic.to_string(),
+                size: refused.size,
+            });
+        }
         let stub = dead_letter::stub(dlq, &refused, &error.to_string(), self.context.key_format);
         self.topic_metrics.delivery_error("dead_lettered");
         tracing::error!(pipeline, topic = %refused.topic, size = refused.size,

@@ -13,6 +13,10 @@
 //!   refused with [`BridgeError::BatchAboveTopicLimit`] before anything of it is enqueued. The
 //!   pipeline then rebuilds its producer with `batch.size` = that limit
 //!   ([`crate::pipeline`]) and runs again from the committed position.
+//! - What a run learned outlives it ([`Learned`]): the producer's batch bound, and for each
+//!   topic whose broker refused a record inside a Kafka transaction an upper bound on what it
+//!   accepts, so the next run stubs such a record at enqueue instead of meeting the refusal
+//!   again (a refused record leaves the transaction only able to abort).
 //! - A record larger than `batch.size` is still produced, alone in its batch (librdkafka
 //!   `CONFIGURATION.md`, `batch.size`), so a lower bound never refuses a record that fits.
 
@@ -44,6 +48,30 @@ pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
         .min(cap.unwrap_or(usize::MAX))
 }
 
+/// What a pipeline's runs learned about the topics, kept across its restarts.
+#[derive(Debug, Clone, Default)]
+pub struct Learned {
+    /// The producer's `batch.size` when a topic accepts smaller batches than
+    /// `[kafka.properties]` gives; `None` until then.
+    pub batch_cap: Option<usize>,
+    /// By topic: bytes it accepts at most, learned from a record it refused (its size − 1).
+    pub refused: HashMap<Arc<str>, usize>,
+}
+
+impl Learned {
+    /// Lowers the producer's batch bound to `limit`.
+    pub fn cap_batches(&mut self, limit: usize) {
+        self.batch_cap = Some(self.batch_cap.map_or(limit, |c| c.min(limit)));
+    }
+
+    /// Records that `topic` refused a record of `size` bytes (key + value).
+    pub fn refused(&mut self, topic: &str, size: usize) {
+        let bound = size.saturating_sub(1);
+        let entry = self.refused.entry(Arc::from(topic)).or_insert(bound);
+        *entry = (*entry).min(bound);
+    }
+}
+
 /// The topics' `max.message.bytes`, learned once each.
 pub struct TopicLimits {
     admin: KafkaAdmin,
@@ -51,18 +79,21 @@ pub struct TopicLimits {
     batch_bytes: usize,
     /// `None`: unknown (the broker did not say); the broker decides.
     by_topic: HashMap<Arc<str>, Option<usize>>,
+    /// Bounds learned from refusals ([`Learned::refused`]).
+    refused: HashMap<Arc<str>, usize>,
     last: Option<Arc<str>>,
 }
 
 impl TopicLimits {
     /// The limits of `pipeline`'s topics, for a producer batching up to `batch_bytes`
-    /// ([`batch_bytes`]).
-    pub fn new(admin: KafkaAdmin, pipeline: &str, batch_bytes: usize) -> Self {
+    /// ([`batch_bytes`]), with what earlier runs `learned`.
+    pub fn new(admin: KafkaAdmin, pipeline: &str, batch_bytes: usize, learned: &Learned) -> Self {
         Self {
             admin,
             pipeline: Arc::from(pipeline),
             batch_bytes,
             by_topic: HashMap::new(),
+            refused: learned.refused.clone(),
             last: None,
         }
     }
@@ -84,6 +115,10 @@ impl TopicLimits {
                     .await
                     .remove(0)
                     .and_then(|v| v.parse::<usize>().ok());
+                let found = match (found, self.refused.get(topic)) {
+                    (Some(f), Some(&r)) => Some(f.min(r)),
+                    (f, r) => f.or(r.copied()),
+                };
                 self.by_topic.insert(Arc::clone(topic), found);
                 found
             }
@@ -147,7 +182,7 @@ mod tests {
     #[test]
     fn a_topic_below_the_batch_bound_is_refused_naming_both() {
         let admin = KafkaAdmin::new(&kafka("")).expect("admin client");
-        let limits = TopicLimits::new(admin, "p", 1_000_000);
+        let limits = TopicLimits::new(admin, "p", 1_000_000, &Learned::default());
         assert!(
             limits.check("t", None).is_ok(),
             "unknown: the broker decides"
@@ -165,5 +200,16 @@ mod tests {
             ),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn what_runs_learned_only_lowers_the_bounds() {
+        let mut learned = Learned::default();
+        learned.cap_batches(50_000);
+        learned.cap_batches(80_000);
+        assert_eq!(learned.batch_cap, Some(50_000));
+        learned.refused("t", 30_000);
+        learned.refused("t", 40_000);
+        assert_eq!(learned.refused.get("t"), Some(&29_999));
     }
 }

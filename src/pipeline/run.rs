@@ -268,7 +268,8 @@ async fn stages(
     .with_topic_limits(TopicLimits::new(
         ctx.admin.clone(),
         &p.name,
-        batch_bytes(&ctx.config.kafka, ctx.batch_cap),
+        batch_bytes(&ctx.config.kafka, ctx.learned.batch_cap),
+        &ctx.learned,
     ));
     if let Some(topic) = &p.dead_letter_topic {
         relay = relay.with_dead_letter(topic);

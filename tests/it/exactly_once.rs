@@ -202,6 +202,74 @@ async fn two_deployments_sharing_kafka_and_an_offsets_database_name_never_meet()
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_the_broker_refuses_inside_a_transaction_is_stubbed_on_the_retry() {
+    // GIVEN an exactly-once pipeline with a dead-letter topic that learned its topic's limit
+    // (1 000 000) from a first record
+    let db = unique("eosrefused");
+    let (topic, dlq) = (format!("{db}.t"), format!("{db}.dlq"));
+    let kafka = kafka_bootstrap();
+    create_topic_at(&kafka, &topic, 1, &[("max.message.bytes", "1000000")]).await;
+    create_topic(&dlq, 1).await;
+    let extra = format!(
+        "delivery = \"exactly_once\"\non_oversize = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
+    );
+    let bridge = start_bridge(&config_toml("p", &db, Some("t"), &extra)).await;
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    wait_offsets(&client, &db, "p", WAIT, |d| d.contains_key("resumeToken")).await;
+    coll.insert_one(doc! { "_id": 0 }).await.unwrap();
+    wait_offsets(&client, &db, "p", WAIT, |d| {
+        d.get_i64("eventsCommitted") == Ok(1)
+    })
+    .await;
+    // WHEN the topic's limit drops to 20 000 behind its back and a 50 KB document arrives
+    set_topic_config(&kafka, &topic, "max.message.bytes", "20000").await;
+    coll.insert_one(doc! { "_id": 1, "blob": "x".repeat(50_000) })
+        .await
+        .unwrap();
+    coll.insert_one(doc! { "_id": 2 }).await.unwrap();
+    // THEN the refused transaction is aborted, and the retry stubs the record at enqueue: the
+    // topic has 0 and 2 once, the dead-letter topic one stub, for read_committed consumers
+    let records = collect_from(&kafka, &topic, 2, Duration::from_secs(3), WAIT).await;
+    let expected: std::collections::HashMap<i64, usize> = [(0, 1), (2, 1)].into();
+    assert_eq!(per_id(&records), expected);
+    let stubs = collect_from(&kafka, &dlq, 1, Duration::from_secs(2), WAIT).await;
+    assert_eq!(stubs.len(), 1);
+    assert_eq!(
+        stubs[0].key.as_deref(),
+        Some(r#"{"_id":{"$numberInt":"1"}}"#)
+    );
+    // AND it took one restart for the refusal, one to batch within the new limit
+    let metrics = bridge.metrics().render();
+    let restarts = |reason: &str| {
+        metrics.lines().any(|l| {
+            l.starts_with("mongo_kafka_bridge_pipeline_restarts_total")
+                && l.contains(&format!("reason=\"{reason}\""))
+                && l.ends_with(" 1")
+        })
+    };
+    assert!(restarts("refused_in_transaction"), "{metrics}");
+    assert!(restarts("batch_above_topic_limit"), "{metrics}");
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
+
+/// Sets topic config `key` = `value` on `bootstrap` (IncrementalAlterConfigs).
+async fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+    let results = admin
+        .alter_configs([&alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
 /// The document `p` of `coll` once `ready` holds (within [`WAIT`]).
 async fn wait_doc(
     coll: &mongodb::Collection<bson::Document>,
