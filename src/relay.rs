@@ -390,6 +390,18 @@ impl Relay {
         let topic = records
             .first()
             .map_or_else(|| Arc::from(""), |r| Arc::clone(&r.topic));
+        let first = self.topics.as_ref().is_some_and(|c| !c.knows(&topic))
+            || self.topic_limits.as_ref().is_some_and(|l| !l.knows(&topic));
+        if first {
+            // Admin calls ahead of its first record: the event waits undelivered from now on
+            // (readiness sees a broker that does not answer them).
+            let _ = self.health.oldest_in_flight_ms.compare_exchange(
+                0,
+                now_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         if let Some(creator) = &mut self.topics {
             creator.ensure(&topic).await?;
         }

@@ -259,6 +259,11 @@ impl TopicCreator {
         }
     }
 
+    /// Whether `topic` is known to exist (no admin call before its next record).
+    pub fn knows(&self, topic: &Arc<str>) -> bool {
+        self.known.contains(topic)
+    }
+
     /// Makes sure `topic` exists, creating it with the configured partitions, replication factor
     /// and `cleanup.policy` when it does not.
     ///

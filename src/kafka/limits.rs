@@ -140,6 +140,11 @@ impl TopicLimits {
         }
     }
 
+    /// Whether `topic`'s limit was read already (no admin call before its next record).
+    pub fn knows(&self, topic: &Arc<str>) -> bool {
+        self.by_topic.contains_key(topic)
+    }
+
     /// `topic`'s `max.message.bytes`, when learned and known.
     pub fn get(&self, topic: &str) -> Option<usize> {
         self.by_topic.get(topic).copied().flatten()
