@@ -213,26 +213,7 @@ async fn lifecycle(
         }
         let mut error = explain(ctx, store, *epoch, error).await;
         ctx.metrics.error(error.kind(), error.class().label());
-        if let BridgeError::RefusedInTransaction { topic, size, .. } = &error {
-            // Restarted as any transient failure; the next run stubs such records at enqueue.
-            ctx.learned.refused(topic, *size);
-        }
-        if let BridgeError::BatchAboveTopicLimit { topic_limit, .. } = &error
-            && !cancel.is_cancelled()
-        {
-            // Nothing of that topic was enqueued: a producer that batches less runs at once.
-            warn!(pipeline = %p.name, error = %ctx.report(&error), "rebuilding the producer");
-            ctx.learned.cap_batches(*topic_limit);
-            ctx.metrics.restart(error.kind());
-            if p.delivery != Delivery::ExactlyOnce {
-                ctx.sink = PipelineContext::new_sink(
-                    &ctx.config,
-                    &p,
-                    &ctx.metrics,
-                    None,
-                    ctx.learned.batch_cap,
-                )?;
-            }
+        if !cancel.is_cancelled() && learn(ctx, &error)? {
             continue;
         }
         if cancel.is_cancelled() {
@@ -332,6 +313,34 @@ async fn lifecycle(
                 ctx.learned.batch_cap,
             )?;
         }
+    }
+}
+
+/// What the run's end taught about the topics ([`Learned`]); `true` when the next run starts
+/// at once: a topic accepts smaller batches than the producer builds, and nothing of it was
+/// enqueued, so a producer that batches less runs without a backoff.
+///
+/// Errors: [`BridgeError::Producer`] when the new producer cannot be built.
+fn learn(ctx: &mut PipelineContext, error: &BridgeError) -> Result<bool, BridgeError> {
+    match error {
+        BridgeError::RefusedInTransaction { topic, size, .. } => {
+            // Restarted as any transient failure; the next run stubs such records at enqueue.
+            ctx.learned.refused(topic, *size);
+            Ok(false)
+        }
+        BridgeError::BatchAboveTopicLimit { topic_limit, .. } => {
+            warn!(pipeline = %ctx.pipeline.name, error = %ctx.report(error),
+                  "rebuilding the producer");
+            ctx.learned.cap_batches(*topic_limit);
+            ctx.metrics.restart(error.kind());
+            if ctx.pipeline.delivery != Delivery::ExactlyOnce {
+                let cap = ctx.learned.batch_cap;
+                ctx.sink =
+                    PipelineContext::new_sink(&ctx.config, &ctx.pipeline, &ctx.metrics, None, cap)?;
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
