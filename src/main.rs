@@ -110,7 +110,7 @@ struct ResetArgs {
     /// Start at this cluster time: RFC 3339, <seconds>.<increment> or Unix seconds.
     #[arg(long, value_name = "T")]
     to_timestamp: Option<String>,
-    /// Forget the position (the document keeps only its incremented epoch): the next start
+    /// Forget the position (the document keeps its raised epoch, its sequences and streamUid): the next start
     /// follows the pipeline's `start_at`.
     #[arg(long)]
     delete: bool,

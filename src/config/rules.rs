@@ -37,6 +37,17 @@ pub(super) fn apply_env(
     let mut applied = Overrides::default();
     for (name, raw) in env {
         let Some(path) = name.strip_prefix(ENV_PREFIX) else {
+            if name
+                .to_ascii_uppercase()
+                .starts_with(ENV_PREFIX.trim_end_matches('_'))
+            {
+                // Meant as an override, but it would be ignored: say so.
+                return Err(err(
+                    name,
+                    "is not an override, which takes the form MONGO_KAFKA_BRIDGE__SECTION__KEY \
+                     (upper case, two underscores between parts): rename or unset it",
+                ));
+            }
             continue;
         };
         let parts: Vec<&str> = path.split("__").collect();
@@ -101,6 +112,13 @@ impl Overrides {
                     field == *f
                         || field.starts_with(&format!("{f}."))
                         || field.starts_with(&format!("{f}["))
+                        // an unknown section: the error names the section alone
+                        || f.starts_with(&format!("{field}."))
+                        // librdkafka's refusal names the property in its text
+                        || (field == "kafka.properties"
+                            && f.strip_prefix("kafka.properties.").is_some_and(|key| {
+                                reason.contains(&format!("property {key}"))
+                            }))
                 });
                 let reason = match var {
                     Some((_, var)) => format!("{reason} (set by the environment variable {var})"),

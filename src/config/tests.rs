@@ -1075,17 +1075,43 @@ fn env_section_and_key_are_case_insensitive() {
 }
 
 #[test]
-fn env_without_the_prefix_is_ignored() {
-    let config = parse_env(
-        &valid_with(""),
-        &[
-            ("PATH", "/usr/bin"),
-            ("MONGO_KAFKA_BRIDGE_MONGODB__URI", "http://wrong/"),
-            ("mongo_kafka_bridge__mongodb__uri", "http://wrong/"),
-        ],
-    )
-    .expect("valid");
+fn env_without_the_prefix_is_ignored_and_a_near_miss_is_refused() {
+    let config =
+        parse_env(&valid_with(""), &[("PATH", "/usr/bin"), ("MONGO_URI", "x")]).expect("valid");
     assert_eq!(config.mongodb.uri.expose(), "mongodb://127.0.0.1:27017/");
+    for name in [
+        "MONGO_KAFKA_BRIDGE_MONGODB__URI",
+        "mongo_kafka_bridge__mongodb__uri",
+    ] {
+        let (field, reason) = config_error(parse_env(&valid_with(""), &[(name, "http://wrong/")]));
+        assert_eq!(field, name);
+        assert!(reason.starts_with("is not an override"), "{reason}");
+    }
+}
+
+#[test]
+fn an_unknown_section_or_a_refused_property_from_the_env_names_the_variable() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__BRIDG__COMMIT_INTERVAL_MS", "5")],
+    ));
+    assert_eq!(field, "bridg");
+    assert!(
+        reason.ends_with(
+            "(set by the environment variable MONGO_KAFKA_BRIDGE__BRIDG__COMMIT_INTERVAL_MS)"
+        ),
+        "{reason}"
+    );
+    let (_, reason) = config_error(parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__LINGER_MS", "abc")],
+    ));
+    assert!(
+        reason.ends_with(
+            "(set by the environment variable MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__LINGER_MS)"
+        ),
+        "{reason}"
+    );
 }
 
 #[test]
