@@ -151,6 +151,7 @@ impl Relay {
             metrics: metrics.clone(),
             dead_letter: None,
             key_format: encoder.key_format(),
+            batch_check: None,
         });
         Self {
             pipeline: Arc::from(pipeline),
@@ -194,6 +195,7 @@ impl Relay {
             metrics: self.metrics.clone(),
             dead_letter: Some((self.sink.clone(), Arc::from(topic))),
             key_format: self.context.key_format,
+            batch_check: self.context.batch_check.clone(),
         });
         self
     }
@@ -201,6 +203,13 @@ impl Relay {
     /// Learns every topic's `max.message.bytes` before its first record, refusing a topic
     /// that accepts smaller batches than the producer builds ([`TopicLimits::admit`]).
     pub fn with_topic_limits(mut self, limits: TopicLimits) -> Self {
+        self.context = Arc::new(DeliveryContext {
+            pipeline: Arc::clone(&self.pipeline),
+            metrics: self.metrics.clone(),
+            dead_letter: self.context.dead_letter.clone(),
+            key_format: self.context.key_format,
+            batch_check: Some(limits.batch_check()),
+        });
         self.topic_limits = Some(limits);
         self
     }

@@ -88,7 +88,9 @@ pub(super) fn apply_env(
         // Only `[bridge]` and durations (`*_ms`) hold numbers: elsewhere a value such as a topic
         // prefix `2024` or a database `true` stays a string.
         let value = match raw.parse::<i64>() {
-            Ok(i) if section == "bridge" || key.ends_with("_ms") => toml::Value::Integer(i),
+            Ok(i) if (section == "bridge" && key != "group_id") || key.ends_with("_ms") => {
+                toml::Value::Integer(i)
+            }
             _ => toml::Value::String(raw),
         };
         applied.0.push((format!("{section}.{key}"), name.clone()));

@@ -1090,6 +1090,16 @@ fn env_without_the_prefix_is_ignored_and_a_near_miss_is_refused() {
 }
 
 #[test]
+fn a_numeric_group_id_from_the_env_stays_a_string() {
+    let config = parse_env(
+        &valid_with(""),
+        &[("MONGO_KAFKA_BRIDGE__BRIDGE__GROUP_ID", "2024")],
+    )
+    .expect("valid");
+    assert_eq!(config.bridge.group_id.as_deref(), Some("2024"));
+}
+
+#[test]
 fn an_unknown_section_or_a_refused_property_from_the_env_names_the_variable() {
     let (field, reason) = config_error(parse_env(
         &valid_with(""),

@@ -15,6 +15,7 @@ use std::time::Instant;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::DeliveryFuture;
 
+use super::admin::KafkaAdmin;
 use super::dead_letter::{self, Refused};
 use super::sink::KafkaSink;
 use crate::config::Format;
@@ -81,6 +82,9 @@ pub struct DeliveryContext {
     pub dead_letter: Option<(KafkaSink, Arc<str>)>,
     /// How the pipeline's keys are encoded (for stubs and messages).
     pub key_format: Format,
+    /// For telling a refused batch from a refused record: the admin client that reads a
+    /// topic's `max.message.bytes`, and the producer's batch bound (bytes).
+    pub batch_check: Option<(KafkaAdmin, usize)>,
 }
 
 /// One change event's records in flight.
@@ -145,6 +149,10 @@ impl EventDeliveries {
     /// of the stub).
     async fn oversize(&self, error: KafkaError, refused: Refused) -> Result<(), BridgeError> {
         let pipeline = self.context.pipeline.to_string();
+        if let Some(batch) = self.refused_batch(&refused).await {
+            self.topic_metrics.delivery_error(&error_code(&error));
+            return Err(batch);
+        }
         let Some((sink, dlq)) = &self.context.dead_letter else {
             self.topic_metrics.delivery_error(&error_code(&error));
             return Err(BridgeError::Oversize {
@@ -182,6 +190,39 @@ impl EventDeliveries {
             Outcome::Refused(source, _) => Err(stub_refused(source)),
             Outcome::Cancelled => Err(self.cancelled()),
         }
+    }
+}
+
+impl EventDeliveries {
+    /// When the broker refused an enqueued record that fits its topic's `max.message.bytes`
+    /// as it is now (read again here), the batch it was in was too large, not the record (the
+    /// limit was lowered while the pipeline ran): [`BridgeError::BatchAboveTopicLimit`], so
+    /// the run ends and the next one batches within the limit. `None`: the record itself is
+    /// too large (or the limit is unknown), and the oversize policy applies.
+    async fn refused_batch(&self, refused: &Refused) -> Option<BridgeError> {
+        let (admin, batch_bytes) = self.context.batch_check.as_ref()?;
+        if !refused.enqueued {
+            return None;
+        }
+        let limit = admin
+            .describe(
+                rdkafka::admin::ResourceSpecifier::Topic(&refused.topic),
+                &["max.message.bytes"],
+            )
+            .await
+            .remove(0)
+            .and_then(|v| v.parse::<usize>().ok())?;
+        let headers: usize = refused.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let single =
+            super::limits::single_record_batch(refused.size + headers, refused.headers.len());
+        // A producer that already batches within the limit cannot have been refused for its
+        // batch: then the record is what the broker refused.
+        (single <= limit && *batch_bytes > limit).then(|| BridgeError::BatchAboveTopicLimit {
+            pipeline: self.context.pipeline.to_string(),
+            topic: refused.topic.to_string(),
+            topic_limit: limit,
+            batch_bytes: *batch_bytes,
+        })
     }
 }
 

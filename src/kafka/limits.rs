@@ -32,6 +32,14 @@ use crate::error::BridgeError;
 /// librdkafka's default of `batch.size` and of `message.max.bytes` (bytes).
 const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
 
+/// The bytes of a record batch that holds one record of `bytes` (key, value, header names and
+/// values) with `headers` headers: the batch header (61 bytes, Kafka's record batch format
+/// v2) plus the record's own fields at their largest varint sizes (36 bytes) plus two length
+/// varints per header.
+pub fn single_record_batch(bytes: usize, headers: usize) -> usize {
+    61 + 36 + 10 * headers + bytes
+}
+
 /// The most bytes one record batch of the producer holds: the least of `batch.size` and
 /// `message.max.bytes` (each `[kafka.properties]` or librdkafka's default) and `cap` (a bound
 /// the pipeline learned from a topic).
@@ -72,6 +80,18 @@ impl Learned {
     }
 }
 
+/// Whether the producer compresses (`compression.type` or its alias `compression.codec` set,
+/// and not `none`): the broker then checks compressed batches against `max.message.bytes`, so
+/// a record's uncompressed size says nothing about whether it fits.
+pub fn compresses(kafka: &KafkaConfig) -> bool {
+    ["compression.type", "compression.codec"].iter().any(|key| {
+        kafka
+            .properties
+            .get(*key)
+            .is_some_and(|v| v.to_string() != "none")
+    })
+}
+
 /// The topics' `max.message.bytes`, learned once each.
 pub struct TopicLimits {
     admin: KafkaAdmin,
@@ -81,19 +101,28 @@ pub struct TopicLimits {
     by_topic: HashMap<Arc<str>, Option<usize>>,
     /// Bounds learned from refusals ([`Learned::refused`]).
     refused: HashMap<Arc<str>, usize>,
+    /// The producer compresses ([`compresses`]).
+    compressed: bool,
     last: Option<Arc<str>>,
 }
 
 impl TopicLimits {
     /// The limits of `pipeline`'s topics, for a producer batching up to `batch_bytes`
-    /// ([`batch_bytes`]), with what earlier runs `learned`.
-    pub fn new(admin: KafkaAdmin, pipeline: &str, batch_bytes: usize, learned: &Learned) -> Self {
+    /// ([`batch_bytes`]), `compressed` or not ([`compresses`]), with what earlier runs
+    /// `learned`.
+    pub fn new(
+        admin: KafkaAdmin,
+        pipeline: &str,
+        (batch_bytes, compressed): (usize, bool),
+        learned: &Learned,
+    ) -> Self {
         Self {
             admin,
             pipeline: Arc::from(pipeline),
             batch_bytes,
             by_topic: HashMap::new(),
             refused: learned.refused.clone(),
+            compressed,
             last: None,
         }
     }
@@ -145,8 +174,19 @@ impl TopicLimits {
         self.by_topic.contains_key(topic)
     }
 
-    /// `topic`'s `max.message.bytes`, when learned and known.
+    /// The admin client and the producer's batch bound, for the delivery path's check
+    /// ([`crate::kafka::delivery`]).
+    pub fn batch_check(&self) -> (KafkaAdmin, usize) {
+        (self.admin.clone(), self.batch_bytes)
+    }
+
+    /// The bound a record's uncompressed bytes are held to at enqueue: `topic`'s
+    /// `max.message.bytes` (or a refusal's lower bound), when learned; with compression only
+    /// a refusal's bound (a record above the limit may fit compressed).
     pub fn get(&self, topic: &str) -> Option<usize> {
+        if self.compressed {
+            return self.refused.get(topic).copied();
+        }
         self.by_topic.get(topic).copied().flatten()
     }
 }
@@ -187,7 +227,7 @@ mod tests {
     #[test]
     fn a_topic_below_the_batch_bound_is_refused_naming_both() {
         let admin = KafkaAdmin::new(&kafka("")).expect("admin client");
-        let limits = TopicLimits::new(admin, "p", 1_000_000, &Learned::default());
+        let limits = TopicLimits::new(admin, "p", (1_000_000, false), &Learned::default());
         assert!(
             limits.check("t", None).is_ok(),
             "unknown: the broker decides"
@@ -205,6 +245,14 @@ mod tests {
             ),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn compression_is_seen_under_both_names() {
+        assert!(!compresses(&kafka("")));
+        assert!(!compresses(&kafka("\"compression.type\" = \"none\"")));
+        assert!(compresses(&kafka("\"compression.type\" = \"zstd\"")));
+        assert!(compresses(&kafka("\"compression.codec\" = \"lz4\"")));
     }
 
     #[test]

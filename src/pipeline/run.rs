@@ -35,7 +35,7 @@ use crate::encode::RecordEncoder;
 use crate::error::{BridgeError, is_history_lost};
 use crate::event::{Position, Safe, format_timestamp, timestamp_now};
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
-use crate::kafka::limits::{TopicLimits, batch_bytes};
+use crate::kafka::limits::{TopicLimits, batch_bytes, compresses};
 use crate::kafka::topics;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::transaction::{TransactionSettings, Transactions};
@@ -268,7 +268,10 @@ async fn stages(
     .with_topic_limits(TopicLimits::new(
         ctx.admin.clone(),
         &p.name,
-        batch_bytes(&ctx.config.kafka, ctx.learned.batch_cap),
+        (
+            batch_bytes(&ctx.config.kafka, ctx.learned.batch_cap),
+            compresses(&ctx.config.kafka),
+        ),
         &ctx.learned,
     ));
     if let Some(topic) = &p.dead_letter_topic {

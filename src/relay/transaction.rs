@@ -37,10 +37,6 @@ use crate::kafka::progress::PARTITION;
 use crate::metrics::TransactionMetrics;
 use crate::offsets::progress::{self, ProgressKey, Sequences};
 
-/// Bytes a record batch of one record adds to the record's key, value and headers (batch and
-/// record headers, with room to spare), against a topic's `max.message.bytes`.
-const BATCH_OVERHEAD: usize = 256;
-
 /// How long before `transaction.timeout.ms` a Kafka transaction waiting for the end of a
 /// MongoDB transaction is aborted: room for the drain and the commit itself.
 pub const MARGIN: Duration = Duration::from_secs(5);
@@ -162,7 +158,10 @@ impl Relay {
                 .topic_limits
                 .as_ref()
                 .and_then(|l| l.get(&record.topic))
-                .is_some_and(|limit| record.size() + BATCH_OVERHEAD > limit)
+                .is_some_and(|limit| {
+                    crate::kafka::limits::single_record_batch(record.size(), record.headers.len())
+                        > limit
+                })
     }
 
     /// Before an item whose records belong to MongoDB transaction `next` (`None`: none, or a

@@ -256,7 +256,7 @@ async fn a_record_the_broker_refuses_inside_a_transaction_is_stubbed_on_the_retr
 }
 
 /// Sets topic config `key` = `value` on `bootstrap` (IncrementalAlterConfigs).
-async fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
+pub async fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)

@@ -1051,6 +1051,54 @@ async fn records_that_fit_a_small_topic_are_delivered_not_refused_as_a_batch() {
     bridge.wait().await.unwrap();
 }
 
+/// The topic's `max.message.bytes` lowered while the pipeline runs: the broker refuses whole
+/// batches of records that each fit; only the record that does not fit is dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_lowered_while_running_dead_letters_only_what_does_not_fit() {
+    // GIVEN a running at-least-once pipeline with a dead-letter topic, its topic at 1 000 000
+    let (db, name) = (unique("lowered"), "lowered");
+    let (topic, dlq) = (format!("{db}.orders"), format!("{db}.dlq"));
+    let kafka = kafka_bootstrap();
+    create_topic_at(&kafka, &topic, 1, &[("max.message.bytes", "1000000")]).await;
+    create_topic(&dlq, 1).await;
+    let extra = format!("on_oversize = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    let client = mongo().await;
+    let bridge = start_bridge(&config_toml(name, &db, Some("orders"), &extra)).await;
+    let metrics = bridge.metrics().clone();
+    wait_offsets(&client, &db, name, WAIT, |d| d.contains_key("resumeToken")).await;
+    let orders = client.database(&db).collection::<Document>("orders");
+    orders.insert_one(doc! { "_id": 0 }).await.unwrap();
+    wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) == 1).await;
+    // WHEN the limit drops to 50 000 and 100 documents of ~1 KB and one of 60 KB arrive at once
+    crate::exactly_once::set_topic_config(&kafka, &topic, "max.message.bytes", "50000").await;
+    let mut docs: Vec<Document> = (1..=100)
+        .map(|id| doc! { "_id": id, "blob": "x".repeat(1_000) })
+        .collect();
+    docs.push(doc! { "_id": 101, "blob": "y".repeat(60_000) });
+    orders.insert_many(docs).await.unwrap();
+    // THEN every small document is in the topic, and only the large one is dead-lettered
+    let stubs = records(&dlq, 1, WAIT).await;
+    let mut stub_keys: Vec<Option<String>> = stubs.iter().map(|r| r.key.clone()).collect();
+    stub_keys.dedup(); // at-least-once: a stub may be published again after the restart
+    assert_eq!(stub_keys, vec![Some(key_of(101))]);
+    let received = records(&topic, 101, WAIT).await;
+    let mut ids: Vec<String> = received.iter().filter_map(|r| r.key.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    let mut expected: Vec<String> = (0..=100).map(key_of).collect();
+    expected.sort();
+    assert_eq!(ids, expected);
+    let rebuilt = counter(
+        &metrics,
+        RESTARTS,
+        name,
+        &[("reason", "batch_above_topic_limit")],
+    );
+    assert!(rebuilt >= 1.0, "{rebuilt}");
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
+
 // ------------------------------------------------------------------------------- C15, C23
 
 #[tokio::test(flavor = "multi_thread")]
