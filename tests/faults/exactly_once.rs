@@ -1,5 +1,5 @@
-//! `delivery = "exactly_once"` under faults (issue 14 "Tests"), on noida-db (tansu does not
-//! hide aborted records from `read_committed` consumers):
+//! `delivery = "exactly_once"` under faults, on Apache Kafka (or noida-db with
+//! `MKB_BROKER=noida`):
 //!
 //! - `eos`: kill -9 under a steady write load, the next instance started at once (50 kills,
 //!   the long form 5 blocks of 50 on fresh servers): a `read_committed` read has every event
@@ -13,6 +13,12 @@
 //!   open transaction aborted and invisible.
 //! - `eosreset`: `offsets reset --to-now` and `--delete` while stopped are honoured on the next
 //!   start, although the progress topic holds an older position.
+//! - `eostimeout` (Apache Kafka only): the bridge paused past `transaction.timeout.ms`, so the
+//!   coordinator aborts its transaction: it recovers on its own, exactly once.
+//!
+//! On Apache Kafka, a long-lived `read_committed` consumer ([`Follower`]) also reads each
+//! topic from before the bridge starts to the end, as a downstream team's consumer would, and
+//! must see exactly what a fresh read sees. On noida-db it is left out (below).
 //!
 //! Every check of what `read_committed` consumers see is a fresh consumer reading every
 //! partition from offset 0 to its end ([`read_all`]): on noida-db 0.2.3 a consumer that has
@@ -27,6 +33,7 @@ mod fence;
 mod freeze;
 mod kill9;
 mod reset;
+mod timeout;
 mod whole;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +45,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::harness::{Cfg, EventId, Rec, Row, Truth, Verdict, parse_ts, verify};
+use crate::say;
 
 /// Runs the scenarios of this module (each selectable by its name).
 pub async fn run(suite: &mut crate::Suite, ctx: &crate::Ctx) {
@@ -72,6 +80,15 @@ pub async fn run(suite: &mut crate::Suite, ctx: &crate::Ctx) {
             reset::offsets_reset(ctx),
         )
         .await;
+    if crate::harness::default_broker() == "kafka" {
+        suite
+            .run(
+                "eostimeout",
+                "exactly once: coordinator timeout",
+                timeout::coordinator_timeout(ctx),
+            )
+            .await;
+    }
 }
 
 /// A consumer's `isolation.level`, always set explicitly (librdkafka defaults to
@@ -157,6 +174,106 @@ fn scan(
             Some(Err(_)) | None => {} // transient (a broker still starting, a frozen one)
         }
     }
+}
+
+/// A long-lived `read_committed` consumer of every partition of a topic, from its beginning,
+/// on a thread of its own until dropped: what a downstream consumer sees. Apache Kafka only
+/// (see the module doc for noida-db).
+pub struct Follower {
+    records: std::sync::Arc<std::sync::Mutex<Vec<Rec>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Follower {
+    /// Starts following `topic` (which exists) on `bootstrap`.
+    pub fn start(bootstrap: &str, topic: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let records = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set(
+                "group.id",
+                format!("faults-eos-follow-{}", std::process::id()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", Isolation::Committed.as_str())
+            .set("fetch.wait.max.ms", "50")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partition_count(&consumer, topic) {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&tpl).expect("assign");
+        let (sink, halt) = (std::sync::Arc::clone(&records), std::sync::Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !halt.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    sink.lock().expect("follower records").push(parse(&m));
+                }
+            }
+        });
+        Self {
+            records,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until it has read `n` records or `timeout` passed; what it read.
+    pub async fn read_up_to(&self, n: usize, timeout: Duration) -> Vec<Rec> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.records.lock().expect("follower records").clone();
+            if seen.len() >= n || Instant::now() >= deadline {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Checks that the long-lived consumer read the same records as a fresh read (`fresh`, which
+/// [`check_exactly_once`] checked): each event as often, in the same order per partition.
+pub async fn check_follower(row: &mut Row, follower: &Follower, fresh: &[Rec]) {
+    let followed = follower
+        .read_up_to(fresh.len(), Duration::from_secs(60))
+        .await;
+    let events = |recs: &[Rec]| -> Vec<(i32, Option<EventId>)> {
+        let mut v: Vec<(i32, Option<EventId>)> = recs
+            .iter()
+            .map(|r| (r.partition, r.event.clone()))
+            .collect();
+        v.sort_by_key(|(p, _)| *p); // stable: keeps each partition's order
+        v
+    };
+    let (a, b) = (events(&followed), events(fresh));
+    let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
+    say!(
+        "a long-lived read_committed consumer read {} records, a fresh read {}",
+        a.len(),
+        b.len()
+    );
+    row.check(a == b, || {
+        format!(
+            "a long-lived read_committed consumer read {} records where a fresh read has {} \
+             (first difference at {first_difference:?})",
+            a.len(),
+            b.len()
+        )
+    });
 }
 
 /// One record of the progress topic: its offset, `epoch` and `commitSequence`.

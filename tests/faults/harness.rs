@@ -53,8 +53,10 @@ pub struct Instance {
     script: PathBuf,
     pub mongo_uri: String,
     pub kafka: String,
-    /// `MKB_KAFKA_BROKER` of `scripts/services up`: `noida` or `tansu`.
+    /// `MKB_KAFKA_BROKER` of `scripts/services up`: `kafka` (Apache Kafka) or `noida`.
     pub broker: String,
+    /// `MKB_KAFKA_NODES`: the brokers of an Apache Kafka cluster (1 or 3).
+    pub nodes: usize,
 }
 
 impl Instance {
@@ -68,7 +70,7 @@ impl Instance {
         Self::up_with(script, name, only)
     }
 
-    /// `up --name <name> --fresh EXTRA` (e.g. `--broker tansu`).
+    /// `up --name <name> --fresh EXTRA` (e.g. `--brokers 3`).
     pub fn up_with(script: &Path, name: &str, extra: &[&str]) -> Self {
         let mongo_only = extra.windows(2).any(|w| w == ["--only", "mongo"]);
         let mut inst = Self {
@@ -77,6 +79,7 @@ impl Instance {
             mongo_uri: String::new(),
             kafka: String::new(),
             broker: String::new(),
+            nodes: 1,
         };
         let mut args = vec!["up", "--fresh", "--plain", "--timeout", "90"];
         args.extend(extra);
@@ -93,6 +96,7 @@ impl Instance {
                     "MONGODB_URI" => inst.mongo_uri = v.to_owned(),
                     "KAFKA_BOOTSTRAP" => inst.kafka = v.to_owned(),
                     "MKB_KAFKA_BROKER" => inst.broker = v.to_owned(),
+                    "MKB_KAFKA_NODES" => inst.nodes = v.parse().expect("MKB_KAFKA_NODES"),
                     _ => {}
                 }
             }
@@ -122,6 +126,16 @@ impl Instance {
             self.name,
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// True on Apache Kafka (not a stand-in broker).
+    pub fn is_kafka(&self) -> bool {
+        self.broker == "kafka"
+    }
+
+    /// `scripts/services ARGS --name <name>`, which must succeed.
+    pub fn services_ok(&self, args: &[&str]) {
+        self.must(args);
     }
 
     /// SIGSTOP the broker.
@@ -165,6 +179,27 @@ impl Drop for Instance {
             );
         }
     }
+}
+
+/// The partitions of `topic` on `bootstrap` (0 when it does not exist or does not answer).
+pub fn partitions_of(bootstrap: &str, topic: &str) -> usize {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("metadata client");
+    consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()
+        .and_then(|md| md.topics().first().map(|t| t.partitions().len()))
+        .unwrap_or(0)
+}
+
+/// The broker `scripts/services up` starts when not told: `$MKB_BROKER`, else Apache Kafka.
+pub fn default_broker() -> String {
+    std::env::var("MKB_BROKER")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| "kafka".to_owned())
 }
 
 /// Creates `topic` with `partitions` partitions on `bootstrap`.

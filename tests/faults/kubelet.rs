@@ -1,5 +1,6 @@
 //! A simulated kubelet (long form only): 3 members of one group (`[bridge] group_id`) run 6
-//! pipelines under continuous writes, on tansu beside SecantusDB (see group.rs for why tansu).
+//! pipelines under continuous writes, on Apache Kafka beside SecantusDB (see group.rs for why
+//! not noida-db).
 //!
 //! - The probe loop is the deployment's livenessProbe (`deploy/kubernetes/deployment.yaml`):
 //!   every 10 s a GET `/healthz` on each member; after 3 consecutive failures the member is

@@ -22,7 +22,8 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// The bridge's MongoDB `appName`: fail points match it only, so the test's own commands pass.
-const APP_NAME: &str = "mongo-kafka-bridge";
+/// The bridge's MongoDB `appName` (its default), which fail points name.
+pub(crate) const APP_NAME: &str = "mongo-kafka-bridge";
 
 // ------------------------------------------------------------------------------- helpers
 

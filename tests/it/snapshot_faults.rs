@@ -8,7 +8,7 @@ use std::time::Duration;
 use bson::{Bson, Document, RawDocument, doc};
 use rand::Rng;
 
-use crate::policies::{Server, fill_oplog};
+use crate::policies::{APP_NAME, Server, fill_oplog};
 use crate::snapshot::{
     assert_mirror, seed, settle, snapshot_lines, wait_finished, write_paced, write_while,
 };
@@ -126,6 +126,18 @@ async fn a_copy_longer_than_the_oplog_window_never_loses_its_stream() {
     let name = unique("snaplong");
     let lines = snapshot_lines(&topic, "snapshot_batch_size = 10\n");
     let text = server.config(&name, &db, Some("items"), &lines);
+    // Each of the bridge's `find`s (the 300 copy batches) takes 50 ms more: the copy lasts
+    // 15 s or more whatever the machine's load (the writer, not slowed, then writes well over
+    // the oplog's 1 000 entries; it did not always before, on a loaded machine).
+    client
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand", "mode": "alwaysOn",
+            "data": { "failCommands": ["find"], "blockConnection": true, "blockTimeMS": 50,
+                      "appName": APP_NAME },
+        })
+        .await
+        .unwrap();
     // WHEN more than the oplog holds is written during the copy
     let bridge = start_bridge(&text).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -38,6 +38,9 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     let coll = client.database(&cfg.db).collection::<Document>(COLL);
     prepare_update_keys(&coll, 20).await;
     let config = super::write_config(&cfg, "", &ctx.dir, "eosfreeze.toml");
+    let follower = inst
+        .is_kafka()
+        .then(|| super::Follower::start(&inst.kafka, &topic));
     let mut proc = BridgeProc::spawn(&config, ctx.dir.join("eosfreeze.log"));
     let addr = proc.metrics_addr(Duration::from_secs(30));
     cfg.wait_started(&client, Duration::from_secs(60)).await;
@@ -128,6 +131,9 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
         .cloned()
         .collect();
     let v = check_exactly_once(&mut row, &truth, &strict);
+    if let Some(f) = &follower {
+        super::check_follower(&mut row, f, &committed).await;
+    }
     let aborted = super::aborted(&uncommitted, &committed).len();
     let repeats = super::sequence_repeats(
         &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,

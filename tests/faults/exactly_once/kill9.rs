@@ -56,6 +56,9 @@ async fn block(ctx: &Ctx, b: usize, label: &str) -> Row {
     let coll = client.database(&cfg.db).collection::<Document>(COLL);
     prepare_update_keys(&coll, 20).await;
     let config = super::write_config(&cfg, "", &ctx.dir, &format!("{name}.toml"));
+    let follower = inst
+        .is_kafka()
+        .then(|| super::Follower::start(&inst.kafka, &cfg.topic()));
     let mut run = Run::start(ctx, name, cfg, client, config).await;
     let mut row = Row::new(label);
     let load = start_load(coll.clone(), RATE, 20, 0);
@@ -81,6 +84,9 @@ async fn block(ctx: &Ctx, b: usize, label: &str) -> Row {
     let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
     let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
     let v = check_exactly_once(&mut row, &truth, &committed);
+    if let Some(f) = &follower {
+        super::check_follower(&mut row, f, &committed).await;
+    }
     let u = verify(&truth, &uncommitted);
     // Each committed transaction carries the next commit sequence; a repeat means an instance
     // started from an older position than the newest committed one and published it again.

@@ -73,6 +73,9 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
         "eostxn.toml",
     );
     let log = |i: usize| ctx.dir.join(format!("eostxn-{i}.log"));
+    let follower = inst
+        .is_kafka()
+        .then(|| super::Follower::start(&inst.kafka, &topic));
     let mut proc = BridgeProc::spawn(&config, log(0));
     cfg.wait_started(&client, Duration::from_secs(60)).await;
     let poller = Poller::start(&inst.kafka, &topic);
@@ -152,6 +155,9 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
     drop(watcher);
     let recs = read(&inst.kafka, &topic, Isolation::Committed).await;
     let v = check_exactly_once(&mut row, &truth, &recs);
+    if let Some(f) = &follower {
+        super::check_follower(&mut row, f, &recs).await;
+    }
     let kills_landed = landed.iter().filter(|l| **l).count();
     let repeats = super::sequence_repeats(
         &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
