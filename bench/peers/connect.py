@@ -635,6 +635,7 @@ def cmd_start(a: argparse.Namespace) -> int:
         wait_running(a, proc, rest, conn_json, workdir, t0)
     except (Fail, KeyboardInterrupt):
         stop_pid(proc.pid, workdir, 20)
+        pidf.unlink(missing_ok=True)
         raise
     state["start_s"] = round(time.monotonic() - t0, 2)
     state.update({k: v for k, v in proc_stats(proc.pid).items() if k in ("cpu_s", "max_rss_mib")})
