@@ -756,7 +756,10 @@ def cmd_status(a: argparse.Namespace) -> int:
         except OSError as e:
             out["status"] = {"error": str(e)}
     if state.get("pid"):
-        out["process"] = proc_stats(state["pid"])
+        pid = state["pid"]
+        # Only the work dir's own worker (a pid may have been reused since).
+        out["process"] = (proc_stats(pid) if alive(pid) and owns(pid, Path(state["workdir"]))
+                          else {"pid": pid, "running": False})
     print(json.dumps(out))
     return 0
 
