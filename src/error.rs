@@ -153,6 +153,20 @@ pub enum BridgeError {
         #[source]
         source: crate::split::SplitError,
     },
+    /// The producer could not authenticate to Kafka (SASL credentials or mechanism, TLS): not
+    /// retried, as Kafka's own clients do not retry an `AuthenticationException`.
+    #[error(
+        "kafka authentication failed on pipeline {pipeline:?}: {reason}. Remedy: check \
+         sasl.mechanism, sasl.username and the password (sasl.password, or \
+         MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD), security.protocol and ssl.* in \
+         [kafka.properties], and that the user exists on the brokers"
+    )]
+    KafkaAuthentication {
+        /// Pipeline name.
+        pipeline: String,
+        /// librdkafka's reason (no credential in it).
+        reason: String,
+    },
     /// Kafka did not acknowledge a record (after librdkafka's own retries).
     #[error("kafka delivery failed on pipeline {pipeline:?} for topic {topic:?}")]
     Delivery {
@@ -394,6 +408,7 @@ impl BridgeError {
             | Self::ConfigChanged { .. }
             | Self::SnapshotFilterChanged { .. }
             | Self::TransactionTooLong { .. }
+            | Self::KafkaAuthentication { .. }
             | Self::Oversize { .. } => ErrorClass::Fatal,
             Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
             Self::DeliveryCancelled { .. }
@@ -428,6 +443,7 @@ impl BridgeError {
             Self::Encode { .. } => "encode",
             Self::SplitEvent { .. } => "split",
             Self::Delivery { .. } => "delivery",
+            Self::KafkaAuthentication { .. } => "kafka_authentication",
             Self::Oversize { .. } => "oversize",
             Self::DeadLetterRefused { .. } => "dead_letter",
             Self::DeliveryCancelled { .. } => "delivery_cancelled",

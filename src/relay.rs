@@ -299,6 +299,13 @@ impl Relay {
                 _ = tick.tick() => {
                     self.health.beat();
                     self.publish_gauges();
+                    if let Some(reason) = self.sink.authentication_failure() {
+                        self.abort_transaction().await;
+                        return Err(BridgeError::KafkaAuthentication {
+                            pipeline: self.pipeline.to_string(),
+                            reason,
+                        });
+                    }
                     if pending.is_none()
                         && let Err(error) = self.at_rest(false).await
                     {

@@ -39,6 +39,18 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
         }
     };
     let Ok(cluster) = admin.metadata(CHECK_TIMEOUT).await else {
+        if let Some(reason) = authentication_failure(config).await {
+            let text = format!(
+                "Kafka authentication failed at {}: {}. Remedy: check \
+                 sasl.mechanism, sasl.username and the password (sasl.password, or \
+                 MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD), security.protocol and \
+                 ssl.* in [kafka.properties]",
+                config.kafka.bootstrap_servers,
+                config.redact(&reason)
+            );
+            lines.push(line(false, text));
+            return lines;
+        }
         let text = format!(
             "Kafka at {} unreachable. Remedy: check kafka.bootstrap_servers and the security \
              properties in [kafka.properties]",
@@ -110,6 +122,16 @@ fn batch_line(topic: &str, topic_max: u64, batch: u64) -> Option<CheckLine> {
              restart). Remedy: set [kafka.properties] \"batch.size\" = {topic_max} or less"
         ))
     })
+}
+
+/// librdkafka's reason when the pipelines' producer cannot authenticate (a producer, whose
+/// thread polls librdkafka's events, asks for metadata; an admin client's events are not
+/// polled while it waits).
+async fn authentication_failure(config: &Config) -> Option<String> {
+    let timeout = config.message_timeout_ms();
+    let sink = KafkaSink::new(&config.kafka, timeout, None, None, KafkaContext::default()).ok()?;
+    let _ = sink.metadata_brokers(CHECK_TIMEOUT).await;
+    sink.authentication_failure()
 }
 
 /// Builds the pipelines' producer as `run` does (then drops it, off the runtime).

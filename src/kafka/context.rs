@@ -11,6 +11,10 @@
 //!   from their cause and carry the remedy.
 //! - The retries counter only ever increases, also when a restart builds a new producer whose own
 //!   totals start again at 0 (each context counts the increase of its producer's totals).
+//! - An authentication failure (SASL or TLS) is remembered ([`KafkaContext::authentication_failure`]):
+//!   Kafka's clients treat it as not retriable (the Java client's `AuthenticationException`), and
+//!   so does the bridge, which stops the pipeline with it instead of waiting for a record to
+//!   time out (an idle pipeline would otherwise wait forever, looking healthy).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -37,6 +41,25 @@ pub struct KafkaContext {
     gauges: Option<RdkafkaGauges>,
     last_retries: AtomicU64,
     logs: LogLimiter,
+    /// librdkafka's reason for the first authentication failure of this client.
+    authentication: AuthenticationFailure,
+}
+
+/// Where a client's context records its first authentication failure; clones share it, so the
+/// owner of a client reads what the context (owned by librdkafka) saw.
+#[derive(Debug, Clone, Default)]
+pub struct AuthenticationFailure(std::sync::Arc<Mutex<Option<String>>>);
+
+impl AuthenticationFailure {
+    /// librdkafka's reason, if the client failed to authenticate.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn record(&self, reason: &str) {
+        let mut first = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert_with(|| reason.to_owned());
+    }
 }
 
 impl KafkaContext {
@@ -46,6 +69,18 @@ impl KafkaContext {
             gauges: Some(gauges),
             ..Self::default()
         }
+    }
+
+    /// librdkafka's reason for this client's first authentication failure (wrong SASL
+    /// credentials or mechanism, a TLS handshake refused), if there was one.
+    pub fn authentication_failure(&self) -> Option<String> {
+        self.authentication.get()
+    }
+
+    /// A handle on what [`KafkaContext::authentication_failure`] reads, for the client's owner
+    /// (a context handed to librdkafka is no longer reachable as itself).
+    pub fn authentication(&self) -> AuthenticationFailure {
+        self.authentication.clone()
     }
 
     /// Applies one statistics snapshot.
@@ -67,6 +102,12 @@ impl rdkafka::ClientContext for KafkaContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
+        ) {
+            self.authentication.record(reason);
+        }
         self.logs.error(&error, reason);
     }
 }
@@ -147,6 +188,20 @@ impl LogLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_authentication_failure_is_kept_for_the_clients_owner() {
+        use rdkafka::ClientContext as _;
+        let ctx = KafkaContext::default();
+        let owner = ctx.authentication();
+        let global = |code| KafkaError::Global(code);
+        ctx.error(global(RDKafkaErrorCode::BrokerTransportFailure), "down");
+        assert_eq!(owner.get(), None, "an outage is no authentication failure");
+        ctx.error(global(RDKafkaErrorCode::SaslAuthenticationFailed), "first");
+        ctx.error(global(RDKafkaErrorCode::Authentication), "second");
+        assert_eq!(owner.get().as_deref(), Some("first"));
+        assert_eq!(ctx.authentication_failure().as_deref(), Some("first"));
+    }
 
     #[test]
     fn a_problem_is_logged_once_per_interval() {

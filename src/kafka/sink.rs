@@ -16,7 +16,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use super::Detached;
-use super::context::KafkaContext;
+use super::context::{AuthenticationFailure, KafkaContext};
 use crate::config::KafkaConfig;
 use crate::encode::Record;
 
@@ -40,6 +40,8 @@ pub struct KafkaSink {
     pub(super) transactional_id: Option<Arc<str>>,
     /// Whether `init_transactions` succeeded on this producer (it may run once per producer).
     pub(super) initialized: Arc<std::sync::atomic::AtomicBool>,
+    /// What the producer's context records of an authentication failure.
+    pub(super) authentication: AuthenticationFailure,
 }
 
 impl KafkaSink {
@@ -74,12 +76,36 @@ impl KafkaSink {
                 super::context::DEFAULT_STATISTICS_INTERVAL_MS,
             );
         }
+        let authentication = context.authentication();
         let producer: SinkProducer = config.create_with_context(context)?;
         Ok(Self {
             producer: Arc::new(Detached::new(producer)),
             transactional_id: transactional_id.map(Arc::from),
             initialized: Arc::default(),
+            authentication,
         })
+    }
+
+    /// librdkafka's reason when the producer failed to authenticate (see
+    /// [`KafkaContext::authentication_failure`]).
+    pub fn authentication_failure(&self) -> Option<String> {
+        self.authentication.get()
+    }
+
+    /// Asks the cluster for its metadata through this producer (whose thread polls librdkafka's
+    /// events, so a refused authentication is recorded): the number of brokers.
+    ///
+    /// Errors: the metadata request's, e.g. a timeout when no broker answers.
+    pub async fn metadata_brokers(&self, timeout: Duration) -> Result<usize, KafkaError> {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(None, timeout)
+                .map(|m| m.brokers().len())
+        })
+        .await
+        .unwrap_or(Err(KafkaError::Canceled))
     }
 
     /// Enqueues `record` without waiting for its delivery.

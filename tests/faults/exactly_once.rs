@@ -208,7 +208,10 @@ impl Follower {
                 .expect("partition");
         }
         consumer.assign(&tpl).expect("assign");
-        let (sink, halt) = (std::sync::Arc::clone(&records), std::sync::Arc::clone(&stop));
+        let (sink, halt) = (
+            std::sync::Arc::clone(&records),
+            std::sync::Arc::clone(&stop),
+        );
         let thread = std::thread::spawn(move || {
             while !halt.load(Ordering::Relaxed) {
                 if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {

@@ -57,6 +57,8 @@ pub struct Instance {
     pub broker: String,
     /// `MKB_KAFKA_NODES`: the brokers of an Apache Kafka cluster (1 or 3).
     pub nodes: usize,
+    /// Every `KEY=VALUE` the `up` printed (e.g. `MKB_KAFKA_SASL_SSL_BOOTSTRAP`).
+    pub vars: HashMap<String, String>,
 }
 
 impl Instance {
@@ -80,6 +82,7 @@ impl Instance {
             kafka: String::new(),
             broker: String::new(),
             nodes: 1,
+            vars: HashMap::new(),
         };
         let mut args = vec!["up", "--fresh", "--plain", "--timeout", "90"];
         args.extend(extra);
@@ -92,6 +95,7 @@ impl Instance {
         );
         for line in stdout.lines() {
             if let Some((k, v)) = line.split_once('=') {
+                inst.vars.insert(k.to_owned(), v.to_owned());
                 match k {
                     "MONGODB_URI" => inst.mongo_uri = v.to_owned(),
                     "KAFKA_BOOTSTRAP" => inst.kafka = v.to_owned(),

@@ -39,6 +39,7 @@ mod harness;
 mod kubelet;
 mod outages;
 mod secrets;
+mod security;
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -238,6 +239,13 @@ async fn fault_suite() {
                     "leader",
                     "Kafka: partition leader killed",
                     cluster::leader_killed(&ctx),
+                )
+                .await;
+            suite
+                .run(
+                    "security",
+                    "Kafka security: SASL_SSL, TLS, ACLs",
+                    security::security(&ctx),
                 )
                 .await;
             group_scenarios(&mut suite, &ctx).await;
