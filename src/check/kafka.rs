@@ -38,8 +38,13 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
             return lines;
         }
     };
-    let Ok(cluster) = admin.metadata(CHECK_TIMEOUT).await else {
-        if let Some(reason) = authentication_failure(config).await {
+    let probed = probe(config).await;
+    let metadata = match probed {
+        Probe::Reached => admin.metadata(CHECK_TIMEOUT).await.ok(),
+        Probe::Refused(_) | Probe::Unreachable => None,
+    };
+    let Some(cluster) = metadata else {
+        if let Probe::Refused(reason) = probed {
             let text = format!(
                 "Kafka authentication failed at {}: {}. Remedy: check \
                  sasl.mechanism, sasl.username and the password (sasl.password, or \
@@ -124,14 +129,41 @@ fn batch_line(topic: &str, topic_max: u64, batch: u64) -> Option<CheckLine> {
     })
 }
 
-/// librdkafka's reason when the pipelines' producer cannot authenticate (a producer, whose
-/// thread polls librdkafka's events, asks for metadata; an admin client's events are not
-/// polled while it waits).
-async fn authentication_failure(config: &Config) -> Option<String> {
+/// What the pipelines' producer found when it asked Kafka for metadata.
+enum Probe {
+    /// Metadata answered.
+    Reached,
+    /// The login was refused (librdkafka's reason).
+    Refused(String),
+    /// No answer within the check's timeout (or the producer cannot be built).
+    Unreachable,
+}
+
+/// Asks for metadata through the pipelines' producer, whose thread polls librdkafka's events (an
+/// admin client's are not polled while it waits): the answer is known as soon as the login is
+/// refused or the metadata arrives.
+async fn probe(config: &Config) -> Probe {
     let timeout = config.message_timeout_ms();
-    let sink = KafkaSink::new(&config.kafka, timeout, None, None, KafkaContext::default()).ok()?;
-    let _ = sink.metadata_brokers(CHECK_TIMEOUT).await;
-    sink.authentication_failure()
+    let Ok(sink) = KafkaSink::new(&config.kafka, timeout, None, None, KafkaContext::default())
+    else {
+        return Probe::Unreachable;
+    };
+    let metadata = sink.metadata_brokers(CHECK_TIMEOUT);
+    tokio::pin!(metadata);
+    loop {
+        tokio::select! {
+            answer = &mut metadata => return match (sink.authentication_failure(), answer) {
+                (Some(reason), _) => Probe::Refused(reason),
+                (None, Ok(_)) => Probe::Reached,
+                (None, Err(_)) => Probe::Unreachable,
+            },
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {
+                if let Some(reason) = sink.authentication_failure() {
+                    return Probe::Refused(reason);
+                }
+            }
+        }
+    }
 }
 
 /// Builds the pipelines' producer as `run` does (then drops it, off the runtime).

@@ -514,22 +514,6 @@ pub(crate) fn chrono_now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Pipelines of `member` enqueued records, summed over `pipelines`.
-pub(crate) fn enqueued(member: &Member, pipelines: &[usize]) -> f64 {
-    let text = member.metrics();
-    pipelines
-        .iter()
-        .map(|p| {
-            let label = format!("pipeline=\"p{p}\"");
-            sample_sum(
-                &text,
-                "mongo_kafka_bridge_kafka_messages_enqueued_total",
-                &label,
-            )
-        })
-        .sum()
-}
-
 /// The `[[pipelines]]` entry `p<i>` of `cfg` with `extra` lines.
 pub(crate) fn entry(cfg: &GroupCfg, i: usize, extra: &str) -> String {
     format!(
