@@ -24,6 +24,7 @@ use std::sync::Arc;
 use bson::RawDocument;
 
 use crate::config::{Format, OnAmbiguous, PipelineConfig, ValueMode};
+use crate::error::encode::{EncodeError, Unrepresentable};
 use crate::event::ChangeEventView;
 use crate::extjson::{JsonMode, Utf8};
 use crate::kafka::dead_letter::{self, Refused};
@@ -33,7 +34,6 @@ mod format;
 pub mod headers;
 mod snapshot;
 
-pub use format::Unrepresentable;
 pub(crate) use format::lossy_json;
 use format::{Failed, key_bytes, key_document, value_bytes};
 pub use headers::{HEADER_NAMES, format_header, header_name, operation_type};
@@ -102,39 +102,6 @@ pub struct Diversion {
     pub outcome: &'static str,
     /// Where and why.
     pub problem: Unrepresentable,
-}
-
-/// Why an event could not be encoded. The bridge never drops such an event: it stops.
-#[derive(Debug, thiserror::Error)]
-pub enum EncodeError {
-    /// The server sent BSON the encoder could not read.
-    #[error("malformed change event: {0}")]
-    Malformed(String),
-    /// The event has no `_id` (resume token): the pipeline removed it, which MongoDB forbids.
-    #[error("change event has no _id (resume token); do not $project it away in `pipeline`")]
-    MissingToken,
-    /// A document event (insert, update, replace, delete) has no `documentKey`: the user's
-    /// pipeline removed it. Keying it otherwise would merge distinct documents on one key.
-    #[error(
-        "{0} event has no documentKey; the `pipeline` stages must keep it (it is the record key)"
-    )]
-    MissingDocumentKey(String),
-    /// `on_ambiguous = "fail"` and JSON cannot carry the event exactly.
-    #[error(
-        "the event of document {key} cannot be written as Extended JSON exactly: field {path:?}: \
-         {reason}. Remedy: set on_ambiguous = \"bson\" (that event is published as BSON) or \
-         \"dead_letter\" (a stub goes to dead_letter_topic), or format = \"bson\" for every \
-         event{utf8}",
-        path = problem.path, reason = problem.reason
-    )]
-    Unrepresentable {
-        /// The document key, as canonical Extended JSON as best it can be written.
-        key: String,
-        /// Where and why.
-        problem: Unrepresentable,
-        /// A hint for invalid UTF-8.
-        utf8: &'static str,
-    },
 }
 
 /// Encodes the events of one pipeline.

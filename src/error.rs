@@ -1,10 +1,14 @@
 //! The bridge's error type, and the rooms that decide what an error means.
 //!
-//! - [`classify`]: MongoDB and Kafka error codes, labels and kinds → an [`ErrorClass`]. The only
-//!   place that inspects error codes.
-//! - [`policy`]: error → the pipeline's next [`policy::Action`] (restart, reopen, skip the lost
-//!   history, stand by, stop). The only place that decides what a pipeline does after a failure.
-//! - [`report`]: one-line descriptions of errors for logs, with secrets redacted.
+//! - `classify`: MongoDB and Kafka error codes, labels and kinds → an [`ErrorClass`]
+//!   ([`BridgeError::class`]). The only place that inspects error codes.
+//! - `report`: one-line descriptions of errors for logs, with secrets redacted; the bounded
+//!   metric label ([`BridgeError::kind`]) and the operator's remedy ([`BridgeError::remedy`]).
+//! - [`encode`], [`split`]: the errors of one change event (it cannot be encoded, its fragments
+//!   do not form one event), defined here so that [`BridgeError`] can carry them.
+//!
+//! What a pipeline *does* after a failure is decided next to the lifecycle that applies it
+//! (`pipeline/policy.rs`).
 //!
 //! Invariants:
 //! - MongoDB server errors are classified by error code and error label, never by message text
@@ -17,8 +21,9 @@ use mongodb::error::Error as MongoError;
 use rdkafka::error::KafkaError;
 
 mod classify;
-pub mod policy;
+pub mod encode;
 mod report;
+pub mod split;
 
 pub use classify::{
     CODE_CHANGE_STREAM_FATAL, CODE_DUPLICATE_KEY, CODE_HISTORY_LOST, CODE_UNAUTHORIZED,
@@ -142,7 +147,7 @@ pub enum BridgeError {
         pipeline: String,
         /// What was wrong with the event.
         #[source]
-        source: crate::encode::EncodeError,
+        source: encode::EncodeError,
     },
     /// The fragments of a split event (`$changeStreamSplitLargeEvent`) do not form one event.
     #[error("a split change event could not be reassembled on pipeline {pipeline:?}")]
@@ -151,7 +156,7 @@ pub enum BridgeError {
         pipeline: String,
         /// Which fragment was wrong.
         #[source]
-        source: crate::split::SplitError,
+        source: split::SplitError,
     },
     /// Kafka did not acknowledge a record (after librdkafka's own retries).
     #[error("kafka delivery failed on pipeline {pipeline:?} for topic {topic:?}")]
@@ -372,141 +377,6 @@ pub enum BridgeError {
     },
 }
 
-impl BridgeError {
-    /// Classifies this error; see [`classify`].
-    ///
-    /// Transient: network and resumable MongoDB errors, server selection, write-concern and
-    /// checkpoint timeouts, Kafka delivery errors that librdkafka gave up on within
-    /// `message.timeout.ms`, cancelled deliveries and fatal idempotent-producer errors (a new
-    /// producer is built on restart). Persistent: unknown topics, a replica-set name mismatch,
-    /// driver failures that are neither network nor configuration, panics. Fatal:
-    /// configuration, authentication and authorization, invalid pipeline stages, history lost,
-    /// fencing, records Kafka rejects permanently (size, authorization).
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            Self::Config { .. }
-            | Self::HistoryLost { .. }
-            | Self::Fenced { .. }
-            | Self::Encode { .. }
-            | Self::SplitEvent { .. }
-            | Self::OffsetsDocument { .. }
-            | Self::Producer(_)
-            | Self::ConfigChanged { .. }
-            | Self::SnapshotFilterChanged { .. }
-            | Self::TransactionTooLong { .. }
-            | Self::Oversize { .. } => ErrorClass::Fatal,
-            Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
-            Self::DeliveryCancelled { .. }
-            | Self::StreamClosed { .. }
-            | Self::Group { .. }
-            | Self::BatchAboveTopicLimit { .. }
-            | Self::RefusedInTransaction { .. }
-            | Self::Progress { .. } => ErrorClass::Transient,
-            Self::Source { source, .. }
-            | Self::Checkpoint { source, .. }
-            | Self::Copy { source, .. } => classify_mongo(source),
-            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
-                classify_kafka(source)
-            }
-            Self::DeadLetterRefused { source, .. } if is_oversize(source) => ErrorClass::Fatal,
-            Self::DeadLetterRefused { source, .. } | Self::Transaction { source, .. } => {
-                classify_kafka(source)
-            }
-        }
-    }
-
-    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Config { .. } => "config",
-            Self::Source { .. } => "source",
-            Self::Copy { .. } => "snapshot",
-            Self::SnapshotFilterChanged { .. } => "snapshot_filter",
-            Self::StreamClosed { .. } => "invalidate",
-            Self::HistoryLost { .. } => "history_lost",
-            Self::ReplicaSetMismatch { .. } => "replica_set",
-            Self::Encode { .. } => "encode",
-            Self::SplitEvent { .. } => "split",
-            Self::Delivery { .. } => "delivery",
-            Self::Oversize { .. } => "oversize",
-            Self::DeadLetterRefused { .. } => "dead_letter",
-            Self::DeliveryCancelled { .. } => "delivery_cancelled",
-            Self::Producer(_) => "producer",
-            Self::TopicCreation { .. } => "topic_creation",
-            Self::Checkpoint { .. } => "checkpoint",
-            Self::OffsetsDocument { .. } => "offsets_document",
-            Self::Fenced { .. } => "fenced",
-            Self::Group { .. } => "group",
-            Self::ConfigChanged { .. } => "config_changed",
-            Self::TaskPanicked { .. } => "panic",
-            Self::Transaction { .. } => "transaction",
-            Self::Progress { .. } => "progress",
-            Self::TransactionTooLong { .. } => "transaction_too_long",
-            Self::BatchAboveTopicLimit { .. } => "batch_above_topic_limit",
-            Self::RefusedInTransaction { .. } => "refused_in_transaction",
-        }
-    }
-
-    /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
-    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`, or `_FATAL`, which a transactional call returns once
-    /// the producer raised a fatal error such as a fencing): either a newer producer of the same
-    /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
-    /// epoch (KAFKA-6119, librdkafka#3297). [`crate::pipeline`] tells the two apart by the
-    /// offsets document's epoch.
-    pub fn is_producer_fenced(&self) -> bool {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let code = match self {
-            Self::Transaction { source, .. } | Self::Delivery { source, .. } => {
-                source.rdkafka_error_code()
-            }
-            _ => None,
-        };
-        matches!(
-            code,
-            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch | C::Fatal)
-        )
-    }
-
-    /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
-    /// next run (a fatal idempotent-producer state only clears with a new producer).
-    pub fn is_producer_failure(&self) -> bool {
-        matches!(
-            self,
-            Self::Delivery { .. }
-                | Self::DeliveryCancelled { .. }
-                | Self::DeadLetterRefused { .. }
-                | Self::RefusedInTransaction { .. }
-                | Self::Transaction { .. }
-        )
-    }
-
-    /// What an operator can do about an error that kept coming back, for the log line of a
-    /// pipeline that stops after `[bridge] persistent_error_attempts` failed runs.
-    pub fn remedy(&self) -> &'static str {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let kafka = match self {
-            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
-                source.rdkafka_error_code()
-            }
-            _ => None,
-        };
-        match (self, kafka) {
-            (_, Some(C::UnknownTopic | C::UnknownTopicOrPartition)) => {
-                "the topic does not exist: create it, set [kafka.topic_creation] enabled = true, \
-                 or enable the broker's auto.create.topics.enable"
-            }
-            (Self::TaskPanicked { .. }, _) => {
-                "this is a bug of the bridge: please report it with the log lines above"
-            }
-            (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
-            _ => {
-                "see the error above; the pipeline restarts from its committed position once \
-                  the cause is fixed and the bridge is started again"
-            }
-        }
-    }
-}
-
 /// A server command error with `code` (the driver offers no public way to attach labels, so
 /// label handling is covered by the fail-point integration tests).
 #[cfg(test)]
@@ -518,5 +388,4 @@ pub(crate) fn command_error(code: i32) -> MongoError {
 }
 
 #[cfg(test)]
-#[path = "error_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@
 //! The design (rooms, the ordering proof, restarts, fencing, shutdown) is in
 //! `docs/ARCHITECTURE.md`. Data flow per pipeline: [`source`] (change stream) → `relay`
 //! ([`encode`], `kafka`, `window`) → `checkpoint` ([`offsets`] document), supervised by
-//! `pipeline` and [`app`], with every failure decided by [`error::policy`].
+//! `pipeline` and [`app`], with every failure decided by `pipeline/policy.rs`.
 
 pub mod app;
 pub mod check;

@@ -1,5 +1,5 @@
 //! One pipeline's life: before anything is taken, refuse what can never run; take ownership of
-//! the offsets document; run ([`run`]); after a failure, do what [`crate::error::policy`]
+//! the offsets document; run ([`run`]); after a failure, do what [`policy`]
 //! decides (restart, reopen, skip the lost history, stand by, stop); release the lease at the
 //! end.
 //!
@@ -26,12 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mongodb::Client;
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, Delivery, PipelineConfig};
-use crate::error::policy::{self, Action, Attempts};
 use crate::error::{BridgeError, ErrorClass, report};
 use crate::gap::Skip;
 use crate::health::PipelineHealth;
@@ -41,9 +39,11 @@ use crate::kafka::limits::Learned;
 use crate::kafka::sink::KafkaSink;
 use crate::metrics::PipelineMetrics;
 use crate::offsets::{OffsetsStore, StreamIdentity};
+use policy::{Action, Attempts, backoff};
 
 mod exactly_once;
 mod hold;
+pub(crate) mod policy;
 mod run;
 mod stage;
 mod standby;
@@ -512,30 +512,5 @@ async fn cancellable<T>(cancel: &CancellationToken, work: impl Future<Output = T
         biased;
         () = cancel.cancelled() => None,
         out = work => Some(out),
-    }
-}
-
-/// Full-jitter exponential backoff: uniform in `[50 ms, min(cap, 100 ms × 2^attempt)]`.
-pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
-    let ceiling = 100u64
-        .saturating_mul(1u64 << attempt.min(20))
-        .clamp(50, cap_ms.max(50));
-    Duration::from_millis(rand::rng().random_range(50..=ceiling))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_stays_within_its_bounds() {
-        for attempt in 0..40 {
-            let d = backoff(attempt, 30_000).as_millis() as u64;
-            assert!((50..=30_000).contains(&d), "{attempt}: {d}");
-            let ceiling = 100u64
-                .saturating_mul(1 << attempt.min(20))
-                .clamp(50, 30_000);
-            assert!(d <= ceiling, "{attempt}: {d} > {ceiling}");
-        }
     }
 }

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
-use crate::encode::EncodeError;
+use crate::error::encode::EncodeError;
 use crate::error::{BridgeError, CODE_UNKNOWN_STAGE, mongo_code};
 use crate::event::{SourceItem, timestamp_now};
 use crate::health::PipelineHealth;

@@ -13,20 +13,10 @@
 
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf};
 
+use crate::error::split::SplitError;
+
 /// The stage appended to every pipeline when the server supports it.
 pub const SPLIT_STAGE: &str = "$changeStreamSplitLargeEvent";
-
-/// Fragments received out of sequence.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("split change event out of sequence: expected fragment {expected}, got {got} of {of}")]
-pub struct SplitError {
-    /// The fragment number expected next.
-    pub expected: i64,
-    /// The fragment number received (0 when the event was not a fragment).
-    pub got: i64,
-    /// The number of fragments announced.
-    pub of: i64,
-}
 
 /// Collects the fragments of one split event at a time.
 #[derive(Debug, Default)]

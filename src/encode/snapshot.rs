@@ -15,8 +15,9 @@
 use bson::{RawDocument, RawDocumentBuf, Timestamp, rawdoc};
 
 use super::format::{Failed, key_bytes, value_bytes};
-use super::{Diversion, EncodeError, Record, RecordEncoder, format_header, own_document};
+use super::{Diversion, Record, RecordEncoder, format_header, own_document};
 use crate::config::ValueMode;
+use crate::error::encode::EncodeError;
 use crate::event::ChangeEventView;
 use crate::extjson::JsonMode;
 use crate::snapshot::{CopyTarget, Marker, key};

@@ -10,7 +10,7 @@
 use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind, WriteFailure};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::ErrorClass;
+use super::{BridgeError, ErrorClass};
 
 /// `ChangeStreamHistoryLost`: the resume point is no longer in the oplog.
 pub const CODE_HISTORY_LOST: i32 = 286;
@@ -191,6 +191,83 @@ pub fn is_oversize(error: &KafkaError) -> bool {
         error.rdkafka_error_code(),
         Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
     )
+}
+
+impl BridgeError {
+    /// Classifies this error (this module's rules).
+    ///
+    /// Transient: network and resumable MongoDB errors, server selection, write-concern and
+    /// checkpoint timeouts, Kafka delivery errors that librdkafka gave up on within
+    /// `message.timeout.ms`, cancelled deliveries and fatal idempotent-producer errors (a new
+    /// producer is built on restart). Persistent: unknown topics, a replica-set name mismatch,
+    /// driver failures that are neither network nor configuration, panics. Fatal:
+    /// configuration, authentication and authorization, invalid pipeline stages, history lost,
+    /// fencing, records Kafka rejects permanently (size, authorization).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Config { .. }
+            | Self::HistoryLost { .. }
+            | Self::Fenced { .. }
+            | Self::Encode { .. }
+            | Self::SplitEvent { .. }
+            | Self::OffsetsDocument { .. }
+            | Self::Producer(_)
+            | Self::ConfigChanged { .. }
+            | Self::SnapshotFilterChanged { .. }
+            | Self::TransactionTooLong { .. }
+            | Self::Oversize { .. } => ErrorClass::Fatal,
+            Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
+            Self::DeliveryCancelled { .. }
+            | Self::StreamClosed { .. }
+            | Self::Group { .. }
+            | Self::BatchAboveTopicLimit { .. }
+            | Self::RefusedInTransaction { .. }
+            | Self::Progress { .. } => ErrorClass::Transient,
+            Self::Source { source, .. }
+            | Self::Checkpoint { source, .. }
+            | Self::Copy { source, .. } => classify_mongo(source),
+            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
+                classify_kafka(source)
+            }
+            Self::DeadLetterRefused { source, .. } if is_oversize(source) => ErrorClass::Fatal,
+            Self::DeadLetterRefused { source, .. } | Self::Transaction { source, .. } => {
+                classify_kafka(source)
+            }
+        }
+    }
+
+    /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
+    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`, or `_FATAL`, which a transactional call returns once
+    /// the producer raised a fatal error such as a fencing): either a newer producer of the same
+    /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
+    /// epoch (KAFKA-6119, librdkafka#3297). The pipeline's lifecycle tells the two apart by the
+    /// offsets document's epoch.
+    pub fn is_producer_fenced(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let code = match self {
+            Self::Transaction { source, .. } | Self::Delivery { source, .. } => {
+                source.rdkafka_error_code()
+            }
+            _ => None,
+        };
+        matches!(
+            code,
+            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch | C::Fatal)
+        )
+    }
+
+    /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
+    /// next run (a fatal idempotent-producer state only clears with a new producer).
+    pub fn is_producer_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::Delivery { .. }
+                | Self::DeliveryCancelled { .. }
+                | Self::DeadLetterRefused { .. }
+                | Self::RefusedInTransaction { .. }
+                | Self::Transaction { .. }
+        )
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@ use crate::error::{BridgeError, report};
 use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::topics;
-use crate::pipeline::{PipelineContext, backoff};
+use crate::pipeline::PipelineContext;
+use crate::pipeline::policy::backoff;
 
 /// What the member needs to join.
 pub(super) struct Setup {

@@ -1,5 +1,5 @@
 //! What a pipeline does after a run failed: the one function that turns an error into the next
-//! step ([`decide`]).
+//! step ([`decide`]), and how long a restart waits ([`backoff`]).
 //!
 //! Invariants:
 //! - An outage ([`ErrorClass::Transient`]) is retried for as long as it lasts: an outage must
@@ -11,8 +11,12 @@
 //! - Fenced means another instance owns the pipeline now: this one stands by, it never takes
 //!   the pipeline back by restarting (two replicas would steal it from each other forever).
 
-use super::{BridgeError, ErrorClass};
+use std::time::Duration;
+
+use rand::Rng;
+
 use crate::config::OnHistoryLost;
+use crate::error::{BridgeError, ErrorClass};
 
 /// The next step of a pipeline whose run ended with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +94,14 @@ pub fn decide(
         }
         ErrorClass::Fatal => Action::Stop,
     }
+}
+
+/// Full-jitter exponential backoff: uniform in `[50 ms, min(cap, 100 ms × 2^attempt)]`.
+pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
+    let ceiling = 100u64
+        .saturating_mul(1u64 << attempt.min(20))
+        .clamp(50, cap_ms.max(50));
+    Duration::from_millis(rand::rng().random_range(50..=ceiling))
 }
 
 #[cfg(test)]
@@ -198,5 +210,17 @@ mod tests {
             decide(&config, OnHistoryLost::Fail, &mut attempts),
             Action::Stop
         );
+    }
+
+    #[test]
+    fn backoff_stays_within_its_bounds() {
+        for attempt in 0..40 {
+            let d = backoff(attempt, 30_000).as_millis() as u64;
+            assert!((50..=30_000).contains(&d), "{attempt}: {d}");
+            let ceiling = 100u64
+                .saturating_mul(1 << attempt.min(20))
+                .clamp(50, 30_000);
+            assert!(d <= ceiling, "{attempt}: {d} > {ceiling}");
+        }
     }
 }
