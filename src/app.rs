@@ -42,21 +42,6 @@ pub struct Bridge {
     task: tokio::task::JoinHandle<Result<(), BridgeError>>,
 }
 
-/// A configuration error about `[kafka]`, from a librdkafka refusal.
-pub(crate) fn kafka_refused(
-    config: &Config,
-    what: &str,
-    e: &rdkafka::error::KafkaError,
-) -> BridgeError {
-    BridgeError::Config {
-        field: "kafka.properties".into(),
-        reason: format!(
-            "librdkafka refuses the {what}: {}",
-            config.redact(&e.to_string())
-        ),
-    }
-}
-
 impl Bridge {
     /// Builds the clients, starts the HTTP endpoint and every pipeline.
     ///
@@ -67,14 +52,17 @@ impl Bridge {
         log_settings(&config);
         let client = crate::mongo::client(&config).await?;
         let metrics = Metrics::new();
-        let admin = KafkaAdmin::new(&config.kafka)
-            .map_err(|e| kafka_refused(&config, "admin client configuration", &e))?;
+        let admin = KafkaAdmin::new(&config.kafka).map_err(|e| {
+            crate::config::kafka::refusal(&config, "admin client configuration", &e)
+        })?;
         let mut sinks = Vec::with_capacity(config.pipelines.len());
         for p in &config.pipelines {
             let sink =
                 PipelineContext::new_sink(&config, p, &metrics.pipeline(&p.name), None, None);
             sinks.push(sink.map_err(|e| match e {
-                BridgeError::Producer(e) => kafka_refused(&config, "producer configuration", &e),
+                BridgeError::Producer(e) => {
+                    crate::config::kafka::refusal(&config, "producer configuration", &e)
+                }
                 other => other,
             })?);
         }

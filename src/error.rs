@@ -377,6 +377,16 @@ pub enum BridgeError {
     },
 }
 
+impl BridgeError {
+    /// A configuration error about `field` (its TOML path), saying what to write instead.
+    pub(crate) fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Config {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// A server command error with `code` (the driver offers no public way to attach labels, so
 /// label handling is covered by the fail-point integration tests).
 #[cfg(test)]

@@ -124,7 +124,7 @@ pub async fn run(
         setup,
         roster: Roster::new(cancel.clone(), b.shutdown_timeout_ms),
         session: Duration::from_millis(
-            u64::try_from(crate::kafka::group::session_timeout_ms(&config.kafka)).unwrap_or(0),
+            u64::try_from(crate::config::group::session_timeout_ms(&config.kafka)).unwrap_or(0),
         ),
         unassigned_since: Some(std::time::Instant::now()),
         refresh: member.refresher(),

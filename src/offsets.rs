@@ -40,14 +40,6 @@ mod store;
 
 pub use identity::StreamIdentity;
 
-/// The bridge's own collections in the offsets database: the offsets and, beside them, the
-/// group slots (`crate::group::slots`). No stream publishes them and no snapshot copies them.
-pub fn own_collections(offsets_collection: &str) -> [String; 2] {
-    [
-        offsets_collection.to_owned(),
-        crate::group::slots::collection_name(offsets_collection),
-    ]
-}
 pub use store::OffsetsStore;
 
 /// The schema version this binary writes and understands. 2: the stream identity

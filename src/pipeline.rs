@@ -81,10 +81,9 @@ impl PipelineContext {
     fn store(&self) -> OffsetsStore {
         let b = &self.config.bridge;
         let lease = Duration::from_millis(b.lease_ms);
-        let m = &self.config.mongodb;
         OffsetsStore::new(
             &self.client,
-            (&m.offsets_database, &m.offsets_collection),
+            self.config.mongodb.offsets(),
             &self.pipeline.name,
             StreamIdentity::of(&self.pipeline),
             &self.owner,
@@ -120,7 +119,7 @@ impl PipelineContext {
         let mut message_timeout = config.message_timeout_ms();
         if exactly_once {
             message_timeout =
-                message_timeout.min(crate::config::transactions::transaction_timeout_ms(config));
+                message_timeout.min(crate::config::exactly_once::transaction_timeout_ms(config));
         }
         let id = exactly_once.then(|| config.transactional_id(&p.name, stream_uid));
         KafkaSink::new(

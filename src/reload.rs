@@ -150,7 +150,7 @@ impl Reloader {
             let sink =
                 PipelineContext::new_sink(&new, p, &metrics, None, None).map_err(|e| match e {
                     BridgeError::Producer(e) => {
-                        crate::app::kafka_refused(&new, "producer configuration", &e)
+                        crate::config::kafka::refusal(&new, "producer configuration", &e)
                     }
                     other => other,
                 })?;

@@ -31,6 +31,7 @@ use mongodb::options::{ChangeStreamOptions, FullDocumentBeforeChangeType, FullDo
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::names::OffsetsLocation;
 use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
 use crate::error::encode::EncodeError;
 use crate::error::{BridgeError, CODE_UNKNOWN_STAGE, mongo_code};
@@ -45,8 +46,8 @@ use crate::split::{Reassembler, SPLIT_STAGE};
 pub struct StreamSpec<'a> {
     /// The pipeline's settings.
     pub pipeline: &'a PipelineConfig,
-    /// `[mongodb] offsets_database` and `offsets_collection`.
-    pub offsets: (&'a str, &'a str),
+    /// Where the offsets live (`[mongodb] offsets_database` and `offsets_collection`).
+    pub offsets: &'a OffsetsLocation,
     /// `maxAwaitTimeMS` of each `getMore`.
     pub max_await: Duration,
 }
@@ -98,10 +99,10 @@ struct TokenRef<'a> {
 }
 
 /// The stages of the pipeline's stream: the exclusion of the bridge's own collections
-/// ([`crate::offsets::own_collections`]) when the scope covers them, then the user's stages.
+/// ([`OffsetsLocation::own_collections`]) when the scope covers them, then the user's stages.
 pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
     let p = spec.pipeline;
-    let (db, coll) = spec.offsets;
+    let db = spec.offsets.database.as_str();
     let covers_offsets = match (&p.database, &p.collection) {
         (None, _) => true,
         (Some(watched), None) => watched == db,
@@ -109,7 +110,7 @@ pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
     };
     let mut stages = Vec::new();
     if covers_offsets {
-        let own = crate::offsets::own_collections(coll);
+        let own = spec.offsets.own_collections();
         let ours = bson::doc! { "ns.db": db, "ns.coll": { "$in": own.to_vec() } };
         stages.push(bson::doc! { "$match": { "$nor": [ ours ] } });
     }
@@ -413,10 +414,10 @@ mod tests {
         ))
     }
 
-    fn spec(p: &PipelineConfig) -> StreamSpec<'_> {
+    fn spec<'a>(p: &'a PipelineConfig, offsets: &'a OffsetsLocation) -> StreamSpec<'a> {
         StreamSpec {
             pipeline: p,
-            offsets: ("mkb", "offsets"),
+            offsets,
             max_await: Duration::from_secs(1),
         }
     }
@@ -429,16 +430,20 @@ mod tests {
             ] }
         };
         let user = bson::doc! { "$match": { "x": 1 } };
+        let mkb = OffsetsLocation::from(("mkb", "offsets"));
         let deployment = pipeline("");
         assert_eq!(
-            stages(&spec(&deployment)),
+            stages(&spec(&deployment, &mkb)),
             vec![exclusion.clone(), user.clone()]
         );
         let offsets_db = pipeline("database = \"mkb\"\n");
-        assert_eq!(stages(&spec(&offsets_db)), vec![exclusion, user.clone()]);
+        assert_eq!(
+            stages(&spec(&offsets_db, &mkb)),
+            vec![exclusion, user.clone()]
+        );
         let other_db = pipeline("database = \"shop\"\n");
-        assert_eq!(stages(&spec(&other_db)), vec![user.clone()]);
+        assert_eq!(stages(&spec(&other_db, &mkb)), vec![user.clone()]);
         let coll = pipeline("database = \"mkb\"\ncollection = \"orders\"\n");
-        assert_eq!(stages(&spec(&coll)), vec![user]);
+        assert_eq!(stages(&spec(&coll, &mkb)), vec![user]);
     }
 }

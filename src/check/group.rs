@@ -4,16 +4,16 @@
 
 use super::{CHECK_TIMEOUT, CheckLine, line, warning};
 use crate::config::Config;
+use crate::config::names::control;
 use crate::group::slots::Slots;
 use crate::kafka::admin::ClusterInfo;
-use crate::kafka::topics;
 
 /// The lines of group `group`: its settings, the slots of this configuration's pipelines,
 /// and the control topic's partitions against them.
 pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -> Vec<CheckLine> {
     let m = &config.mongodb;
-    let topic = topics::control(&m.offsets_database, group);
-    let session = crate::kafka::group::session_timeout_ms(&config.kafka);
+    let topic = control(&m.offsets_database, group);
+    let session = crate::config::group::session_timeout_ms(&config.kafka);
     let mut lines = vec![line(
         true,
         format!(
@@ -29,7 +29,7 @@ pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -
     })
     .await;
     if let Ok(client) = &client {
-        let slots = Slots::new(client, (&m.offsets_database, &m.offsets_collection), group);
+        let slots = Slots::new(client, &m.offsets(), group);
         match tokio::time::timeout(CHECK_TIMEOUT, slots.read()).await {
             Ok(Ok(slots)) => {
                 let missing: Vec<&str> = config
@@ -57,7 +57,7 @@ pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -
             _ => lines.push(warning(format!(
                 "group {group}: the slots in {}.{} could not be read",
                 m.offsets_database,
-                crate::group::slots::collection_name(&m.offsets_collection)
+                m.offsets().slots_collection()
             ))),
         }
     }

@@ -89,7 +89,7 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
             broker_max
         };
         let queue = config.in_flight_bounds().queue_bytes as u64;
-        let batch = crate::kafka::limits::batch_bytes(&config.kafka, None) as u64;
+        let batch = crate::config::kafka::batch_bytes(&config.kafka, None) as u64;
         if let Some(line) = topic_max.and_then(|t| batch_line(&l.topic, t, batch)) {
             lines.push(line);
         }
@@ -119,7 +119,7 @@ pub(super) fn producer_builds(config: &Config) -> Result<(), BridgeError> {
     let timeout = config.message_timeout_ms();
     KafkaSink::new(&config.kafka, timeout, None, None, KafkaContext::default())
         .map(drop)
-        .map_err(|e| crate::app::kafka_refused(config, "producer configuration", &e))
+        .map_err(|e| crate::config::kafka::refusal(config, "producer configuration", &e))
 }
 
 fn producer_line() -> CheckLine {

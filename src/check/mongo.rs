@@ -261,7 +261,7 @@ async fn check_stream(
     let m = &config.mongodb;
     let spec = StreamSpec {
         pipeline: p,
-        offsets: (&m.offsets_database, &m.offsets_collection),
+        offsets: &m.offsets(),
         max_await: Duration::from_millis(100),
     };
     let opened =

@@ -12,7 +12,6 @@ use super::{CHECK_TIMEOUT, CheckLine, line, warning};
 use crate::config::Config;
 use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
 use crate::kafka::context::KafkaContext;
-use crate::kafka::progress;
 use crate::kafka::sink::KafkaSink;
 
 /// The lines of the exactly-once checks; none without an exactly-once pipeline.
@@ -72,7 +71,7 @@ async fn transactions_line(config: &Config) -> CheckLine {
 }
 
 async fn progress_line(config: &Config, cluster: &ClusterInfo, admin: &KafkaAdmin) -> CheckLine {
-    let topic = progress::topic(&config.mongodb.offsets_database);
+    let topic = crate::config::names::progress_topic(&config.mongodb.offsets_database);
     if cluster.topics.iter().any(|t| t.name == topic) {
         let policy = admin
             .describe(ResourceSpecifier::Topic(&topic), &["cleanup.policy"])
@@ -92,7 +91,10 @@ async fn progress_line(config: &Config, cluster: &ClusterInfo, admin: &KafkaAdmi
         };
     }
     match admin
-        .validate_create(&topic, &progress::creation(config))
+        .validate_create(
+            &topic,
+            &crate::config::exactly_once::progress_topic_creation(config),
+        )
         .await
     {
         Ok(()) => line(

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use super::slots::Slots;
+use crate::config::names::control;
 use crate::error::{BridgeError, report};
 use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
-use crate::kafka::topics;
 use crate::pipeline::PipelineContext;
 use crate::pipeline::policy::backoff;
 
@@ -38,12 +38,8 @@ impl Setup {
     pub(super) fn new(ctx: &PipelineContext, group: &str) -> Self {
         let m = &ctx.config.mongodb;
         Self {
-            slots: Slots::new(
-                &ctx.client,
-                (&m.offsets_database, &m.offsets_collection),
-                group,
-            ),
-            topic: topics::control(&m.offsets_database, group),
+            slots: Slots::new(&ctx.client, &m.offsets(), group),
+            topic: control(&m.offsets_database, group),
             group: group.to_owned(),
             admin: ctx.admin.clone(),
             replication_factor: ctx.config.kafka.topic_creation.replication_factor,

@@ -20,13 +20,9 @@ use bson::{DateTime, Document, doc};
 use mongodb::options::IndexOptions;
 use mongodb::{Client, Collection, IndexModel};
 
+use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
 use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
-
-/// The collection of slots beside `offsets_collection`.
-pub fn collection_name(offsets_collection: &str) -> String {
-    format!("{offsets_collection}.slots")
-}
 
 /// A group's slots.
 pub struct Slots {
@@ -45,11 +41,11 @@ impl Slots {
         }
     }
 
-    /// The slots of `group` in `offsets` (`(database, collection)` of the offsets).
-    pub fn new(client: &Client, offsets: (&str, &str), group: &str) -> Self {
+    /// The slots of `group` beside the offsets at `offsets`.
+    pub fn new(client: &Client, offsets: &OffsetsLocation, group: &str) -> Self {
         let collection = client
-            .database(offsets.0)
-            .collection(&collection_name(offsets.1));
+            .database(&offsets.database)
+            .collection(&offsets.slots_collection());
         Self {
             collection,
             group: group.to_owned(),
@@ -158,12 +154,12 @@ fn lowest_free(slots: &BTreeMap<i32, String>) -> i32 {
 /// Errors: MongoDB's.
 pub async fn forget(
     client: &Client,
-    offsets: (&str, &str),
+    offsets: &OffsetsLocation,
     pipeline: &str,
 ) -> Result<u64, mongodb::error::Error> {
     let collection: Collection<Document> = client
-        .database(offsets.0)
-        .collection(&collection_name(offsets.1));
+        .database(&offsets.database)
+        .collection(&offsets.slots_collection());
     let deleted = collection
         .delete_many(doc! { "_id.pipeline": pipeline })
         .await?;

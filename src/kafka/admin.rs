@@ -18,6 +18,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::Detached;
 use super::context::KafkaContext;
+use crate::config::kafka::admin_client_config;
 use crate::config::{KafkaConfig, TopicCreation};
 use crate::error::BridgeError;
 
@@ -55,9 +56,7 @@ impl KafkaAdmin {
     ///
     /// Errors: librdkafka's refusal of the connection or security properties.
     pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
-        let mut config = super::admin_config(kafka);
-        config.set("socket.timeout.ms", "5000");
-        let admin = config.create_with_context(KafkaContext::default())?;
+        let admin = admin_client_config(kafka).create_with_context(KafkaContext::default())?;
         Ok(Self {
             admin: Arc::new(Detached::new(admin)),
         })

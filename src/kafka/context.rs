@@ -23,9 +23,6 @@ use rdkafka::statistics::Statistics;
 
 use crate::metrics::RdkafkaGauges;
 
-/// Default `statistics.interval.ms` the bridge sets when `[kafka.properties]` does not (ms).
-pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
-
 /// The same problem is logged again only after this long.
 pub const REPEAT_AFTER: Duration = Duration::from_secs(30);
 

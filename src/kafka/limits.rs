@@ -26,11 +26,7 @@ use std::sync::Arc;
 use rdkafka::admin::ResourceSpecifier;
 
 use super::admin::KafkaAdmin;
-use crate::config::KafkaConfig;
 use crate::error::BridgeError;
-
-/// librdkafka's default of `batch.size` and of `message.max.bytes` (bytes).
-const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
 
 /// The bytes of a record batch that holds one record of `bytes` (key, value, header names and
 /// values) with `headers` headers: the batch header (61 bytes, Kafka's record batch format
@@ -38,22 +34,6 @@ const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
 /// varints per header.
 pub fn single_record_batch(bytes: usize, headers: usize) -> usize {
     61 + 36 + 10 * headers + bytes
-}
-
-/// The most bytes one record batch of the producer holds: the least of `batch.size` and
-/// `message.max.bytes` (each `[kafka.properties]` or librdkafka's default) and `cap` (a bound
-/// the pipeline learned from a topic).
-pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
-    let property = |key: &str| {
-        kafka
-            .properties
-            .get(key)
-            .and_then(|v| v.to_string().parse::<usize>().ok())
-            .unwrap_or(LIBRDKAFKA_DEFAULT)
-    };
-    property("batch.size")
-        .min(property("message.max.bytes"))
-        .min(cap.unwrap_or(usize::MAX))
 }
 
 /// What a pipeline's runs learned about the topics, kept across its restarts.
@@ -78,18 +58,6 @@ impl Learned {
         let entry = self.refused.entry(Arc::from(topic)).or_insert(bound);
         *entry = (*entry).min(bound);
     }
-}
-
-/// Whether the producer compresses (`compression.type` or its alias `compression.codec` set,
-/// and not `none`): the broker then checks compressed batches against `max.message.bytes`, so
-/// a record's uncompressed size says nothing about whether it fits.
-pub fn compresses(kafka: &KafkaConfig) -> bool {
-    ["compression.type", "compression.codec"].iter().any(|key| {
-        kafka
-            .properties
-            .get(*key)
-            .is_some_and(|v| v.to_string() != "none")
-    })
 }
 
 /// The topics' `max.message.bytes`, learned once each.
@@ -194,34 +162,10 @@ impl TopicLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::KafkaConfig;
 
     fn kafka(properties: &str) -> KafkaConfig {
-        crate::config::Config::from_toml(
-            &format!(
-                "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n\
-                 [kafka.properties]\n{properties}\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n"
-            ),
-            std::iter::empty(),
-        )
-        .expect("valid")
-        .kafka
-    }
-
-    #[test]
-    fn the_batch_bound_is_the_least_of_the_properties_and_the_cap() {
-        assert_eq!(batch_bytes(&kafka(""), None), 1_000_000);
-        assert_eq!(
-            batch_bytes(&kafka("\"batch.size\" = 300000"), None),
-            300_000
-        );
-        assert_eq!(
-            batch_bytes(&kafka("\"message.max.bytes\" = 200000"), None),
-            200_000
-        );
-        assert_eq!(
-            batch_bytes(&kafka("\"batch.size\" = 300000"), Some(50_000)),
-            50_000
-        );
+        KafkaConfig::for_test(properties)
     }
 
     #[test]
@@ -245,14 +189,6 @@ mod tests {
             ),
             other => panic!("expected a refusal, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn compression_is_seen_under_both_names() {
-        assert!(!compresses(&kafka("")));
-        assert!(!compresses(&kafka("\"compression.type\" = \"none\"")));
-        assert!(compresses(&kafka("\"compression.type\" = \"zstd\"")));
-        assert!(compresses(&kafka("\"compression.codec\" = \"lz4\"")));
     }
 
     #[test]

@@ -25,34 +25,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::config::{Config, KafkaConfig, PropertyValue, TopicCreation};
+use crate::config::KafkaConfig;
+use crate::config::exactly_once::progress_reader_config;
 use crate::offsets::progress::{self, ProgressKey, ProgressRecord};
 
 /// The partition every progress record goes to.
 pub const PARTITION: i32 = 0;
-
-/// `segment.ms` of the progress topic the bridge creates (10 minutes): compaction only cleans
-/// closed segments, so this bounds what a startup read covers beyond one record per pipeline.
-pub const SEGMENT_MS: i64 = 600_000;
-
-/// The progress topic of the deployment whose offsets live in `offsets_database`.
-pub fn topic(offsets_database: &str) -> String {
-    super::topics::internal(offsets_database, "progress")
-}
-
-/// How the bridge creates the progress topic: one partition, compacted with `segment.ms` =
-/// [`SEGMENT_MS`], the configured replication factor.
-pub fn creation(config: &Config) -> TopicCreation {
-    TopicCreation {
-        enabled: true,
-        partitions: 1,
-        replication_factor: config.kafka.topic_creation.replication_factor,
-        cleanup_policy: "compact".to_owned(),
-        configs: [("segment.ms".to_owned(), PropertyValue::Integer(SEGMENT_MS))]
-            .into_iter()
-            .collect(),
-    }
-}
 
 /// The newest committed progress record of `owner` ([`ProgressKey`]) in [`PARTITION`], with
 /// its offset; `None` when there is none.
@@ -68,13 +46,7 @@ pub fn read_latest(
 ) -> Result<Option<(ProgressRecord, i64)>, String> {
     let deadline = Instant::now() + timeout;
     let consumer = |isolation: &str| -> Result<BaseConsumer<Reader>, KafkaError> {
-        let mut config = super::admin_config(kafka);
-        config
-            .set("group.id", "mongo-kafka-bridge.progress-reader")
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .set("isolation.level", isolation);
-        config.create_with_context(Reader)
+        progress_reader_config(kafka, isolation).create_with_context(Reader)
     };
     let describe = |e: KafkaError| format!("{e}");
     // The high watermark counts undecided records too: everything of ours up to it is

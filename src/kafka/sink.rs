@@ -18,6 +18,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use super::Detached;
 use super::context::KafkaContext;
 use crate::config::KafkaConfig;
+use crate::config::kafka::pipeline_producer_config;
 use crate::encode::Record;
 
 /// Why a record could not be enqueued.
@@ -61,19 +62,8 @@ impl KafkaSink {
         batch_size: Option<usize>,
         context: KafkaContext,
     ) -> Result<Self, KafkaError> {
-        let mut config = super::producer_config(kafka, message_timeout_ms);
-        if let Some(id) = transactional_id {
-            config.set("transactional.id", id);
-        }
-        if let Some(bytes) = batch_size {
-            config.set("batch.size", bytes.to_string());
-        }
-        if !kafka.properties.contains_key("statistics.interval.ms") {
-            config.set(
-                "statistics.interval.ms",
-                super::context::DEFAULT_STATISTICS_INTERVAL_MS,
-            );
-        }
+        let config =
+            pipeline_producer_config(kafka, message_timeout_ms, transactional_id, batch_size);
         let producer: SinkProducer = config.create_with_context(context)?;
         Ok(Self {
             producer: Arc::new(Detached::new(producer)),

@@ -16,9 +16,7 @@
 //! deployments on one cluster apart.
 
 use crate::config::PipelineConfig;
-
-/// The prefix of every internal topic, Kafka's and the bridge's.
-pub const INTERNAL_PREFIX: &str = "__";
+use crate::config::names::is_internal;
 
 /// The topic of namespace `db`.`coll` (or database `db`) under `prefix`.
 pub fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
@@ -46,23 +44,6 @@ pub fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
     }
 }
 
-/// Whether `topic` is internal (Kafka's or the bridge's own): never a data topic.
-pub fn is_internal(topic: &str) -> bool {
-    topic.starts_with(INTERNAL_PREFIX)
-}
-
-/// The name of the bridge's own topic of `kind` for the deployment whose offsets live in
-/// `offsets_database`.
-pub fn internal(offsets_database: &str, kind: &str) -> String {
-    format!("{INTERNAL_PREFIX}mongo_kafka_bridge.{offsets_database}.{kind}")
-}
-
-/// The control topic of consumer group `group_id` (`[bridge] group_id`): one partition per
-/// pipeline slot, no records.
-pub fn control(offsets_database: &str, group_id: &str) -> String {
-    internal(offsets_database, &format!("group.{group_id}"))
-}
-
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
 pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
     if is_internal(topic) {
@@ -86,6 +67,7 @@ pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::names::{control, internal};
 
     fn pipeline(body: &str) -> PipelineConfig {
         PipelineConfig::for_test(body)

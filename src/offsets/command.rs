@@ -353,9 +353,8 @@ impl Command<'_> {
                     .map_err(|e| failed(name, e))?;
                 if forgot {
                     // Its group slot may be reused now (crate::group::slots).
-                    let m = &self.config.mongodb;
-                    let offsets = (m.offsets_database.as_str(), m.offsets_collection.as_str());
-                    let freed = crate::group::slots::forget(&self.client, offsets, name).await;
+                    let offsets = self.config.mongodb.offsets();
+                    let freed = crate::group::slots::forget(&self.client, &offsets, name).await;
                     if freed.map_err(|e| failed(name, e))? > 0 {
                         let _ = writeln!(out, "its group slot was freed");
                     }

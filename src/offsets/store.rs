@@ -27,6 +27,7 @@ use mongodb::{Client, Collection};
 
 use super::identity::{StreamIdentity, describe};
 use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to, snapshot};
+use crate::config::names::OffsetsLocation;
 use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
 use crate::event::Position;
 use crate::snapshot::{Request, SnapshotState};
@@ -56,17 +57,20 @@ fn majority() -> WriteConcern {
 }
 
 impl OffsetsStore {
-    /// A store for `pipeline` of stream `identity`, owned by instance `owner`, with leases of
-    /// `lease`.
+    /// A store for `pipeline` of stream `identity` in the offsets at `location`, owned by
+    /// instance `owner`, with leases of `lease`.
     pub fn new(
         client: &Client,
-        (database, collection): (&str, &str),
+        location: impl Into<OffsetsLocation>,
         pipeline: &str,
         identity: StreamIdentity,
         owner: &str,
         lease: Duration,
     ) -> Self {
-        let collection = client.database(database).collection::<Document>(collection);
+        let location = location.into();
+        let collection = client
+            .database(&location.database)
+            .collection::<Document>(&location.collection);
         Self {
             collection,
             pipeline: pipeline.to_owned(),

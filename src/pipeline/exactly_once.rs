@@ -15,7 +15,8 @@ use std::time::Duration;
 use tracing::info;
 
 use super::PipelineContext;
-use crate::config::transactions::transaction_timeout_ms;
+use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_ms};
+use crate::config::names::progress_topic;
 use crate::error::BridgeError;
 use crate::kafka::progress as topic;
 use crate::offsets::progress::{self, ProgressKey, Sequences};
@@ -75,9 +76,9 @@ pub(super) async fn reconcile(
         .init_transactions(timeout)
         .await
         .map_err(|e| failed("init", e))?;
-    let name = topic::topic(&ctx.config.mongodb.offsets_database);
+    let name = progress_topic(&ctx.config.mongodb.offsets_database);
     ctx.admin
-        .create(&name, &topic::creation(&ctx.config))
+        .create(&name, &progress_topic_creation(&ctx.config))
         .await
         .map_err(|e| failed("progress_topic", e))?;
     let kafka = ctx.config.kafka.clone();

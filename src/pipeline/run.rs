@@ -30,12 +30,13 @@ use tracing::{info, warn};
 use super::stage::{self, Ends};
 use super::{PipelineContext, cancellable};
 use super::{exactly_once, hold};
+use crate::config::kafka::{batch_bytes, compresses};
 use crate::config::{Delivery, PipelineConfig, SnapshotMode, StartAt};
 use crate::encode::RecordEncoder;
 use crate::error::{BridgeError, is_history_lost};
 use crate::event::{Position, Safe, format_timestamp, timestamp_now};
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
-use crate::kafka::limits::{TopicLimits, batch_bytes, compresses};
+use crate::kafka::limits::TopicLimits;
 use crate::kafka::topics;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::transaction::{TransactionSettings, Transactions};
@@ -106,10 +107,10 @@ async fn prepare(
     ctx.health
         .server_answer_bound_ms
         .store(answer_bound as i64, Ordering::Relaxed);
-    let m = &ctx.config.mongodb;
+    let offsets_location = ctx.config.mongodb.offsets();
     let spec = StreamSpec {
         pipeline: p,
-        offsets: (&m.offsets_database, &m.offsets_collection),
+        offsets: &offsets_location,
         max_await: Duration::from_millis(b.max_await_time_ms),
     };
     let opened = cancellable(cancel, source::open_splitting(&ctx.client, &spec, &start));
@@ -216,7 +217,7 @@ async fn stages(
     let copier = Copier {
         client: ctx.client.clone(),
         pipeline: p.clone(),
-        offsets: m_offsets(ctx),
+        offsets: ctx.config.mongodb.offsets(),
         metrics: ctx.metrics.clone(),
     };
     let reader = source::StreamReader::new(&p.name, stream);
@@ -317,7 +318,7 @@ async fn transactions(
     let now = store.load(epoch).await?;
     let config = &ctx.config;
     let settings = TransactionSettings {
-        progress_topic: crate::kafka::progress::topic(&config.mongodb.offsets_database),
+        progress_topic: crate::config::names::progress_topic(&config.mongodb.offsets_database),
         owner: exactly_once::progress_key(ctx, &now)?,
         epoch,
         sequences: exactly_once::sequences(&now),
@@ -325,16 +326,10 @@ async fn transactions(
         max_events: ctx.pipeline.max_transaction_events,
         interval: Duration::from_millis(config.bridge.commit_interval_ms),
         transaction_timeout: Duration::from_millis(
-            crate::config::transactions::transaction_timeout_ms(config),
+            crate::config::exactly_once::transaction_timeout_ms(config),
         ),
     };
     Ok(Transactions::new(settings, ctx.metrics.transactions()))
-}
-
-/// `[mongodb] offsets_database` and `offsets_collection`.
-fn m_offsets(ctx: &PipelineContext) -> (String, String) {
-    let m = &ctx.config.mongodb;
-    (m.offsets_database.clone(), m.offsets_collection.clone())
 }
 
 /// Where the stream starts: after the committed token, else at the stored or configured

@@ -12,18 +12,19 @@ use mongodb::Client;
 use mongodb::results::CollectionType;
 
 use crate::config::PipelineConfig;
+use crate::config::names::OffsetsLocation;
 
 /// Databases a deployment-scope snapshot never copies.
 pub(super) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
 
 /// The namespaces `p` copies, in name order; `only`: just this one (a request naming it).
-/// `offsets`: the bridge's own `(database, collection)`.
+/// `offsets`: where the bridge's own collections are.
 ///
 /// Errors: the driver's (listing databases or collections).
 pub async fn namespaces(
     client: &Client,
     p: &PipelineConfig,
-    offsets: (&str, &str),
+    offsets: &OffsetsLocation,
     only: Option<&(String, String)>,
 ) -> Result<Vec<(String, String)>, mongodb::error::Error> {
     if let Some((db, coll)) = only {
@@ -42,7 +43,7 @@ pub async fn namespaces(
     let mut out = Vec::new();
     for db in databases {
         for coll in collections(client, &db).await? {
-            if db == offsets.0 && crate::offsets::own_collections(offsets.1).contains(&coll) {
+            if db == offsets.database && offsets.own_collections().contains(&coll) {
                 continue;
             }
             out.push((db.clone(), coll));

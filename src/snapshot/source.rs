@@ -32,6 +32,7 @@ use super::copy::{CopyCursor, Read};
 use super::sequence::{HOLD_ITEMS, Sequencer, Slot};
 use super::{CopyTarget, Marker, NamespaceProgress, Request, SnapshotState, plan};
 use crate::config::PipelineConfig;
+use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
 use crate::event::SourceItem;
 use crate::health::PipelineHealth;
@@ -44,8 +45,8 @@ pub struct Copier {
     pub client: Client,
     /// The pipeline's settings.
     pub pipeline: PipelineConfig,
-    /// `[mongodb] offsets_database` and `offsets_collection`.
-    pub offsets: (String, String),
+    /// Where the offsets live.
+    pub offsets: OffsetsLocation,
     /// The pipeline's metric handles.
     pub metrics: PipelineMetrics,
 }
@@ -227,15 +228,18 @@ impl<'a> Copy<'a> {
                 state
             }
             Job::New(request) => {
-                let offsets = (copier.offsets.0.as_str(), copier.offsets.1.as_str());
-                let planned =
-                    plan::namespaces(&copier.client, p, offsets, request.namespace.as_ref())
-                        .await
-                        .map_err(|source| BridgeError::Copy {
-                            pipeline: p.name.clone(),
-                            namespace: p.scope(),
-                            source: Box::new(source),
-                        })?;
+                let planned = plan::namespaces(
+                    &copier.client,
+                    p,
+                    &copier.offsets,
+                    request.namespace.as_ref(),
+                )
+                .await
+                .map_err(|source| BridgeError::Copy {
+                    pipeline: p.name.clone(),
+                    namespace: p.scope(),
+                    source: Box::new(source),
+                })?;
                 let namespaces = planned
                     .iter()
                     .map(|(db, coll)| NamespaceProgress::new(db, coll))
@@ -308,8 +312,8 @@ impl<'a> Copy<'a> {
         };
         let own = (db, coll)
             == (
-                self.copier.offsets.0.as_str(),
-                self.copier.offsets.1.as_str(),
+                self.copier.offsets.database.as_str(),
+                self.copier.offsets.collection.as_str(),
             );
         let planned = self
             .state

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use mongo_kafka_bridge::Config;
-use mongo_kafka_bridge::kafka::topics;
+use mongo_kafka_bridge::config::names as topics;
 use mongo_kafka_bridge::metrics::ALL;
 use serde_norway::Value;
 

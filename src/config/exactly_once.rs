@@ -1,5 +1,7 @@
-//! The rules of `delivery = "exactly_once"`: the settings under which a pipeline's Kafka
-//! transactions can commit (README "Exactly once").
+//! The settings of `delivery = "exactly_once"`: the rules under which a pipeline's Kafka
+//! transactions can commit (README "Exactly once"), the producers' `transactional.id`
+//! ([`Config::transactional_id`]), and the librdkafka configuration of the progress topic and
+//! its startup reader.
 //!
 //! Invariants (checked at load, each error naming the field and the fix):
 //! - `transactional.id` is never set in `[kafka.properties]`: it is derived per pipeline
@@ -11,24 +13,20 @@
 //!   ([`min_transaction_timeout_ms`]).
 //! - `max_transaction_events` is 1–1 000 000.
 
-use super::{Config, Delivery};
+use rdkafka::ClientConfig;
+
+use super::kafka::admin_config;
+use super::{Config, Delivery, KafkaConfig, PropertyValue, TopicCreation};
 use crate::error::BridgeError;
 
 /// librdkafka's default `transaction.timeout.ms`.
 pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 
-fn err(field: impl Into<String>, reason: impl Into<String>) -> BridgeError {
-    BridgeError::Config {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
 fn property_u64(config: &Config, key: &str) -> Result<Option<u64>, BridgeError> {
     match config.kafka.properties.get(key) {
         None => Ok(None),
         Some(v) => v.to_string().parse().map(Some).map_err(|_| {
-            err(
+            BridgeError::config(
                 format!("kafka.properties.\"{key}\""),
                 "must be a non-negative integer (ms)",
             )
@@ -52,12 +50,74 @@ pub fn min_transaction_timeout_ms(config: &Config) -> u64 {
     config.bridge.commit_interval_ms.saturating_mul(2) + 5_000
 }
 
+/// `segment.ms` of the progress topic the bridge creates (10 minutes): compaction only cleans
+/// closed segments, so this bounds what a startup read covers beyond one record per pipeline.
+pub const SEGMENT_MS: i64 = 600_000;
+
+/// How the bridge creates the progress topic: one partition, compacted with `segment.ms` =
+/// [`SEGMENT_MS`], the configured replication factor.
+pub fn progress_topic_creation(config: &Config) -> TopicCreation {
+    TopicCreation {
+        enabled: true,
+        partitions: 1,
+        replication_factor: config.kafka.topic_creation.replication_factor,
+        cleanup_policy: "compact".to_owned(),
+        configs: [("segment.ms".to_owned(), PropertyValue::Integer(SEGMENT_MS))]
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// The configuration of the progress topic's startup reader: the connection and security
+/// properties ([`admin_config`]), a group id of its own (it commits nothing), the partition's
+/// end reported, and `isolation.level` = `isolation`.
+pub fn progress_reader_config(kafka: &KafkaConfig, isolation: &str) -> ClientConfig {
+    let mut config = admin_config(kafka);
+    config
+        .set("group.id", "mongo-kafka-bridge.progress-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation);
+    config
+}
+
+impl Config {
+    /// `[kafka] transactional_id_prefix`, or its default `mongo-kafka-bridge.<offsets_database>.`.
+    pub fn transactional_id_prefix(&self) -> String {
+        self.kafka
+            .transactional_id_prefix
+            .clone()
+            .unwrap_or_else(|| format!("mongo-kafka-bridge.{}.", self.mongodb.offsets_database))
+    }
+
+    /// The `transactional.id` of `pipeline`'s producer with `delivery = "exactly_once"`:
+    /// [`Config::transactional_id_prefix`] + the pipeline name + `.` + the offsets document's
+    /// `streamUid` (when known). Stable across restarts and take-overs, so a new producer fences
+    /// the previous one (Kafka `transactional.id` semantics, KIP-98); the `streamUid` keeps two
+    /// deployments that share a Kafka cluster, an offsets database name and a pipeline name
+    /// from fencing each other. A prefix ACL (`--resource-pattern-type prefixed`) on the prefix
+    /// covers it.
+    pub fn transactional_id(&self, pipeline: &str, stream_uid: Option<&str>) -> String {
+        match stream_uid {
+            Some(uid) => format!("{}{pipeline}.{uid}", self.transactional_id_prefix()),
+            None => format!("{}{pipeline}", self.transactional_id_prefix()),
+        }
+    }
+
+    /// Whether any pipeline delivers exactly once.
+    pub fn any_exactly_once(&self) -> bool {
+        self.pipelines
+            .iter()
+            .any(|p| p.delivery == Delivery::ExactlyOnce)
+    }
+}
+
 /// Checks the exactly-once settings; see the module's invariants.
 pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     if let Some(prefix) = &config.kafka.transactional_id_prefix
         && (prefix.is_empty() || prefix.len() > 200)
     {
-        return Err(err(
+        return Err(BridgeError::config(
             "kafka.transactional_id_prefix",
             "must be 1–200 characters (the pipeline name is appended); remove it for the \
              default mongo-kafka-bridge.<offsets_database>.",
@@ -65,7 +125,7 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     }
     for (i, p) in config.pipelines.iter().enumerate() {
         if !(1..=1_000_000).contains(&p.max_transaction_events) {
-            return Err(err(
+            return Err(BridgeError::config(
                 format!("pipelines[{i}].max_transaction_events"),
                 "events per Kafka transaction: use 1–1000000 (default 10000)",
             ));
@@ -82,7 +142,7 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     property_u64(config, "transaction.timeout.ms")?;
     let least = min_transaction_timeout_ms(config);
     if transaction < least {
-        return Err(err(
+        return Err(BridgeError::config(
             "kafka.properties.\"transaction.timeout.ms\"",
             format!(
                 "{transaction} is too short for delivery = \"exactly_once\": a transaction \
@@ -94,7 +154,7 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     if let Some(message) = property_u64(config, "message.timeout.ms")?
         && (message == 0 || message > transaction)
     {
-        return Err(err(
+        return Err(BridgeError::config(
             "kafka.properties.\"message.timeout.ms\"",
             format!(
                 "{message} is above transaction.timeout.ms ({transaction}) or unbounded: \
