@@ -25,9 +25,9 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::error::BridgeError;
-use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
-use crate::metrics::Metrics;
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
 use crate::pipeline::{self, Ended, PipelineContext};
 use crate::reload::{Reload, Reloader};
 use crate::roster::Roster;
@@ -96,7 +96,7 @@ impl Bridge {
                 learned: Default::default(),
             })
             .collect();
-        tokio::spawn(crate::history::run(
+        tokio::spawn(crate::observe::history::run(
             client.clone(),
             metrics.clone(),
             Duration::from_millis(config.metrics.history_interval_ms),
@@ -188,7 +188,7 @@ async fn serve(
             reason: "must be host:port".into(),
         })?;
     let max_age = config.bridge.ready_max_delivery_age_ms as i64;
-    crate::http::serve(
+    crate::observe::http::serve(
         listen,
         metrics.clone(),
         Arc::clone(health),
@@ -209,7 +209,7 @@ fn log_settings(config: &Config) {
     let b = &config.bridge;
     info!(
         version = env!("CARGO_PKG_VERSION"),
-        git_sha = crate::metrics::GIT_SHA,
+        git_sha = crate::observe::metrics::GIT_SHA,
         mongodb_uri = %m.uri.redacted(),
         offsets = %format!("{}.{}", m.offsets_database, m.offsets_collection),
         kafka_bootstrap_servers = %config.kafka.bootstrap_servers,

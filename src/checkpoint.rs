@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::error::BridgeError;
 use crate::event::Safe;
-use crate::metrics::PipelineMetrics;
+use crate::observe::metrics::PipelineMetrics;
 use crate::offsets::OffsetsStore;
 use crate::snapshot::{Progress, Request};
 

@@ -216,7 +216,7 @@ pub struct MetricsConfig {
     pub listen: String,
     /// How often the oplog's oldest and newest entry times are read for the history headroom
     /// metrics (ms); 0 = never (the series are then absent). Default 15000. Each sample is two
-    /// one-document `find`s on `local.oplog.rs` (see [`crate::history`]).
+    /// one-document `find`s on `local.oplog.rs` (see [`crate::observe::history`]).
     pub history_interval_ms: u64,
 }
 

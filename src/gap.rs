@@ -30,7 +30,7 @@ use crate::extjson::JsonMode;
 use crate::kafka::delivery::Delivery;
 use crate::kafka::sink::KafkaSink;
 use crate::kafka::topics;
-use crate::metrics::PipelineMetrics;
+use crate::observe::metrics::PipelineMetrics;
 use crate::offsets::OffsetsStore;
 
 /// Bound of the metadata request.

@@ -33,9 +33,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::error::BridgeError;
-use crate::health::Health;
 use crate::kafka::group::{Change, Member};
-use crate::metrics::GroupMetrics;
+use crate::observe::health::Health;
+use crate::observe::metrics::GroupMetrics;
 use crate::pipeline::{Ended, PipelineContext};
 use crate::reload::Reload;
 use crate::roster::{Roster, STOP_GRACE};

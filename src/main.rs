@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use mongo_kafka_bridge::error::{BridgeError, report};
+use mongo_kafka_bridge::observe::status::{self, Status};
+use mongo_kafka_bridge::observe::telemetry::{self, LogFormat};
 use mongo_kafka_bridge::offsets::command::{self as offsets_cli, OffsetsCommand, ResetTo};
-use mongo_kafka_bridge::status::{self, Status};
-use mongo_kafka_bridge::telemetry::{self, LogFormat};
 use mongo_kafka_bridge::{Config, app, check};
 
 /// MongoDB change streams → Kafka, keyed by documentKey; resume tokens committed only after

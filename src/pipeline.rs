@@ -32,12 +32,12 @@ use tracing::{error, info, warn};
 use crate::config::{Config, Delivery, PipelineConfig};
 use crate::error::{BridgeError, ErrorClass, report};
 use crate::gap::Skip;
-use crate::health::PipelineHealth;
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::context::KafkaContext;
 use crate::kafka::limits::Learned;
 use crate::kafka::sink::KafkaSink;
-use crate::metrics::PipelineMetrics;
+use crate::observe::health::PipelineHealth;
+use crate::observe::metrics::PipelineMetrics;
 use crate::offsets::{OffsetsStore, StreamIdentity};
 use policy::{Action, Attempts, backoff};
 

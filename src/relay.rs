@@ -38,13 +38,13 @@ use tokio_util::sync::CancellationToken;
 use crate::encode::{EncodedEvent, Record, RecordEncoder};
 use crate::error::{BridgeError, is_oversize};
 use crate::event::{Position, Safe, SourceItem, timestamp_now};
-use crate::health::{PipelineHealth, now_ms};
 use crate::kafka::admin::TopicCreator;
 use crate::kafka::dead_letter::Refused;
 use crate::kafka::delivery::{Delivery, DeliveryContext, EventDeliveries};
 use crate::kafka::limits::TopicLimits;
 use crate::kafka::sink::{EnqueueError, KafkaSink};
-use crate::metrics::{PipelineMetrics, TopicMetrics};
+use crate::observe::health::{PipelineHealth, now_ms};
+use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
 use crate::snapshot::Progress;
 use crate::window::OrderedWindow;
 

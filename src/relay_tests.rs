@@ -8,9 +8,9 @@ use bson::{RawDocumentBuf, Timestamp, rawdoc};
 
 use super::*;
 use crate::config::{Config, KafkaConfig, PropertyValue};
-use crate::health::PipelineHealth;
 use crate::kafka::context::KafkaContext;
-use crate::metrics::Metrics;
+use crate::observe::health::PipelineHealth;
+use crate::observe::metrics::Metrics;
 
 /// A producer that cannot reach any broker, with `properties`.
 fn unreachable_sink(properties: &[(&str, i64)]) -> KafkaSink {

@@ -19,9 +19,9 @@ use tracing::{error, info};
 
 use crate::config::{Config, PipelineConfig};
 use crate::error::BridgeError;
-use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
-use crate::metrics::Metrics;
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
 use crate::pipeline::PipelineContext;
 
 /// What a reload changes, by pipeline name.

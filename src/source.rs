@@ -36,7 +36,7 @@ use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
 use crate::error::encode::EncodeError;
 use crate::error::{BridgeError, CODE_UNKNOWN_STAGE, mongo_code};
 use crate::event::{SourceItem, timestamp_now};
-use crate::health::PipelineHealth;
+use crate::observe::health::PipelineHealth;
 use crate::snapshot::Request;
 use crate::split::{Reassembler, SPLIT_STAGE};
 
@@ -389,7 +389,7 @@ pub async fn run(
         }
         health
             .awaiting_server_since_ms
-            .store(crate::health::now_ms(), Ordering::Relaxed);
+            .store(crate::observe::health::now_ms(), Ordering::Relaxed);
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => return Ok(None),

@@ -10,7 +10,7 @@ use mongodb::options::WriteConcern;
 use super::{CHECK_TIMEOUT, CheckLine, CheckOptions, Largest, human, line, state};
 use crate::config::{Config, PipelineConfig};
 use crate::error::{BridgeError, report};
-use crate::history::{OplogBounds, OplogUnknown, PRIVILEGE_HINT, oplog_bounds};
+use crate::observe::history::{OplogBounds, OplogUnknown, PRIVILEGE_HINT, oplog_bounds};
 use crate::source::{self, Start, StreamSpec};
 
 /// Runs the MongoDB checks; also returns the largest document per watched collection.

@@ -6,8 +6,8 @@ use mongodb::Client;
 
 use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
-use crate::history::OplogBounds;
 use crate::kafka::topics;
+use crate::observe::history::OplogBounds;
 use crate::offsets::admin::OffsetsAdmin;
 use crate::offsets::identity::describe;
 use crate::offsets::{OffsetsDoc, StreamIdentity};

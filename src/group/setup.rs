@@ -15,8 +15,8 @@ use tracing::{error, info, warn};
 use super::slots::Slots;
 use crate::config::names::control;
 use crate::error::{BridgeError, report};
-use crate::health::Health;
 use crate::kafka::admin::KafkaAdmin;
+use crate::observe::health::Health;
 use crate::pipeline::PipelineContext;
 use crate::pipeline::policy::backoff;
 

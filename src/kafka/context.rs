@@ -21,7 +21,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 
-use crate::metrics::RdkafkaGauges;
+use crate::observe::metrics::RdkafkaGauges;
 
 /// The same problem is logged again only after this long.
 pub const REPEAT_AFTER: Duration = Duration::from_secs(30);

@@ -20,7 +20,7 @@ use super::dead_letter::{self, Refused};
 use super::sink::KafkaSink;
 use crate::config::Format;
 use crate::error::{BridgeError, is_oversize};
-use crate::metrics::{PipelineMetrics, TopicMetrics};
+use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
 
 /// One record handed to the producer: its delivery future, or librdkafka's refusal at enqueue.
 pub enum Delivery {

@@ -34,7 +34,7 @@ use crate::encode::Record;
 use crate::error::BridgeError;
 use crate::event::MongoTransaction;
 use crate::kafka::progress::PARTITION;
-use crate::metrics::TransactionMetrics;
+use crate::observe::metrics::TransactionMetrics;
 use crate::offsets::progress::{self, ProgressKey, Sequences};
 
 /// How long before `transaction.timeout.ms` a Kafka transaction waiting for the end of a
@@ -372,7 +372,10 @@ mod tests {
             interval,
             transaction_timeout: timeout,
         };
-        Transactions::new(settings, crate::metrics::Metrics::new().transactions("p"))
+        Transactions::new(
+            settings,
+            crate::observe::metrics::Metrics::new().transactions("p"),
+        )
     }
 
     fn mongo(txn_number: i64) -> MongoTransaction {

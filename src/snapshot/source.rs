@@ -35,8 +35,8 @@ use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
 use crate::event::SourceItem;
-use crate::health::PipelineHealth;
-use crate::metrics::{PipelineMetrics, SnapshotMetrics};
+use crate::observe::health::PipelineHealth;
+use crate::observe::metrics::{PipelineMetrics, SnapshotMetrics};
 use crate::source::{self, Channel, StreamReader};
 
 /// What a copy needs besides the stream.

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use mongo_kafka_bridge::Config;
 use mongo_kafka_bridge::config::names as topics;
-use mongo_kafka_bridge::metrics::ALL;
+use mongo_kafka_bridge::observe::metrics::ALL;
 use serde_norway::Value;
 
 use crate::opsutil::{prometheus_tools, root};

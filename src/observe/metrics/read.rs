@@ -2,6 +2,11 @@
 
 use prometheus::proto::{MetricFamily, MetricType};
 
+use super::names::{
+    CHECKPOINT_LAG, CHECKPOINT_TIMESTAMP, IN_FLIGHT_EVENTS, SNAPSHOT_DOCUMENTS, SNAPSHOT_REMAINING,
+    SNAPSHOT_RUNNING, SOURCE_EVENTS, SOURCE_LAG, STREAM_OPEN,
+};
+
 /// The sum of every sample of family `name` whose labels include all of `labels`
 /// (counters, gauges; a histogram's sample count). `None` when no sample matches.
 pub fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -54,16 +59,16 @@ impl PipelineSnapshot {
         let p = [("pipeline", name)];
         let get = |metric: &str| sum(families, metric, &p);
         Self {
-            events: get(super::SOURCE_EVENTS).unwrap_or(0.0),
-            in_flight: get(super::IN_FLIGHT_EVENTS).unwrap_or(0.0),
-            source_lag_s: get(super::SOURCE_LAG),
-            checkpoint_lag_s: get(super::CHECKPOINT_LAG),
-            committed_at: get(super::CHECKPOINT_TIMESTAMP).filter(|t| *t > 0.0),
-            stream_open: get(super::STREAM_OPEN).unwrap_or(0.0) > 0.0,
-            copied: get(super::SNAPSHOT_DOCUMENTS).unwrap_or(0.0),
-            copy_remaining: get(super::SNAPSHOT_RUNNING)
+            events: get(SOURCE_EVENTS).unwrap_or(0.0),
+            in_flight: get(IN_FLIGHT_EVENTS).unwrap_or(0.0),
+            source_lag_s: get(SOURCE_LAG),
+            checkpoint_lag_s: get(CHECKPOINT_LAG),
+            committed_at: get(CHECKPOINT_TIMESTAMP).filter(|t| *t > 0.0),
+            stream_open: get(STREAM_OPEN).unwrap_or(0.0) > 0.0,
+            copied: get(SNAPSHOT_DOCUMENTS).unwrap_or(0.0),
+            copy_remaining: get(SNAPSHOT_RUNNING)
                 .filter(|running| *running > 0.0)
-                .map(|_| get(super::SNAPSHOT_REMAINING).unwrap_or(0.0)),
+                .map(|_| get(SNAPSHOT_REMAINING).unwrap_or(0.0)),
         }
     }
 }

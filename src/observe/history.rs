@@ -5,7 +5,7 @@
 //! and newest oplog entry times every `[metrics] history_interval_ms` (default 15 s; 0 = off) and
 //! exports
 //! `history_headroom_seconds = committed position time − oldest entry time` per pipeline
-//! (= the oplog window minus the position's age; see [`crate::metrics::HISTORY_HEADROOM`]).
+//! (= the oplog window minus the position's age; see [`crate::observe::metrics::HISTORY_HEADROOM`]).
 //!
 //! Invariants:
 //! - Only what the server reports is exported. When it cannot tell (a `mongos`, a user without
@@ -21,7 +21,7 @@ use mongodb::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 
 /// Bound of one sample's calls.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -6,7 +6,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::families::counter;
-use super::{SNAPSHOT_DOCUMENTS, SNAPSHOT_REMAINING, SNAPSHOT_RUNNING};
+use super::names::{SNAPSHOT_DOCUMENTS, SNAPSHOT_REMAINING, SNAPSHOT_RUNNING};
 
 /// The snapshot families of a registry.
 #[derive(Clone)]

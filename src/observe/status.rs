@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Health;
-use crate::metrics::Metrics;
-use crate::metrics::read::PipelineSnapshot;
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
+use crate::observe::metrics::read::PipelineSnapshot;
 
 /// How often the status is redrawn.
 const REFRESH: Duration = Duration::from_secs(1);

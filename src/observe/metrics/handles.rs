@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bson::Timestamp;
 use prometheus::{Gauge, Histogram, IntCounter, IntGauge};
 
-use super::{Metrics, RdkafkaGauges};
+use super::librdkafka::RdkafkaGauges;
+use super::registry::Metrics;
 
 /// Handles of one pipeline's series. Cheap to clone.
 #[derive(Clone)]
@@ -88,7 +89,7 @@ impl TopicMetrics {
     /// Counts `records` delivered records of an event of `operation_type`.
     pub fn delivered(&self, operation_type: &str, records: u64) {
         let resolve = || {
-            self.family.delivered.with_label_values(&[
+            self.family.delivery.delivered.with_label_values(&[
                 self.pipeline.as_str(),
                 &self.topic,
                 operation_type,
@@ -102,9 +103,37 @@ impl TopicMetrics {
     /// Counts a delivery error with a bounded `error_code` (librdkafka code name).
     pub fn delivery_error(&self, error_code: &str) {
         self.family
+            .delivery
             .delivery_errors
             .with_label_values(&[self.pipeline.as_str(), &self.topic, error_code])
             .inc();
+    }
+}
+
+impl Metrics {
+    /// The handles of one pipeline.
+    pub fn pipeline(&self, name: &str) -> PipelineMetrics {
+        PipelineMetrics {
+            name: name.to_owned(),
+            family: self.clone(),
+            source_bytes: self.source.source_bytes.with_label_values(&[name]),
+            source_watermarks: self.source.source_watermarks.with_label_values(&[name]),
+            topics: Arc::default(),
+            queue_full: self.delivery.queue_full.with_label_values(&[name]),
+            end_to_end: self.delivery.end_to_end.with_label_values(&[name]),
+            in_flight_events: self.delivery.in_flight_events.with_label_values(&[name]),
+            in_flight_bytes: self.delivery.in_flight_bytes.with_label_values(&[name]),
+            commit_duration: self.checkpoint.commit_duration.with_label_values(&[name]),
+            checkpoint_timestamp: self
+                .checkpoint
+                .checkpoint_timestamp
+                .with_label_values(&[name]),
+            source_lag: self.source.source_lag.with_label_values(&[name]),
+            stream_open: self.source.stream_open.with_label_values(&[name]),
+            owned: self.lifecycle.pipeline_owned.with_label_values(&[name]),
+            refused: self.lifecycle.pipeline_refused.with_label_values(&[name]),
+            events_read: OpCounters::default(),
+        }
     }
 }
 
@@ -119,10 +148,12 @@ impl PipelineMetrics {
                 family: self.family.clone(),
                 enqueued: self
                     .family
+                    .delivery
                     .enqueued
                     .with_label_values(&[self.name.as_str(), topic]),
                 delivery_duration: self
                     .family
+                    .delivery
                     .delivery_duration
                     .with_label_values(&[self.name.as_str(), topic]),
                 delivered: OpCounters::default(),
@@ -134,6 +165,7 @@ impl PipelineMetrics {
     pub fn event_read(&self, operation_type: &str) {
         let resolve = || {
             self.family
+                .source
                 .source_events
                 .with_label_values(&[&self.name, operation_type])
         };
@@ -168,6 +200,7 @@ impl PipelineMetrics {
     /// Counts an event `on_ambiguous` diverted with `outcome` (`dead_lettered` | `bson`).
     pub fn ambiguous(&self, outcome: &str) {
         self.family
+            .delivery
             .ambiguous
             .with_label_values(&[&self.name, outcome])
             .inc();
@@ -175,6 +208,7 @@ impl PipelineMetrics {
     /// Counts an offsets write with `outcome` `ok` | `error` | `lease`.
     pub fn commit(&self, outcome: &str) {
         self.family
+            .checkpoint
             .commits
             .with_label_values(&[&self.name, outcome])
             .inc();
@@ -182,6 +216,7 @@ impl PipelineMetrics {
     /// Counts an error at `stage` of `class` (`transient` | `fatal`).
     pub fn error(&self, stage: &str, class: &str) {
         self.family
+            .lifecycle
             .errors
             .with_label_values(&[&self.name, stage, class])
             .inc();
@@ -189,12 +224,13 @@ impl PipelineMetrics {
     /// Counts a restart for `reason` (an error kind).
     pub fn restart(&self, reason: &str) {
         self.family
+            .lifecycle
             .restarts
             .with_label_values(&[&self.name, reason])
             .inc();
     }
     /// This pipeline's Kafka transaction series (exactly-once).
-    pub fn transactions(&self) -> super::TransactionMetrics {
+    pub fn transactions(&self) -> super::exactly_once::TransactionMetrics {
         self.family.transactions(&self.name)
     }
 
@@ -204,7 +240,7 @@ impl PipelineMetrics {
     }
 
     /// The snapshot series of `namespace` (`db.coll`).
-    pub fn snapshot(&self, namespace: &str) -> super::SnapshotMetrics {
+    pub fn snapshot(&self, namespace: &str) -> super::snapshot::SnapshotMetrics {
         self.family.snapshot.for_namespace(&self.name, namespace)
     }
 }

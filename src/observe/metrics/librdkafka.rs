@@ -8,7 +8,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 use rdkafka::statistics::Statistics;
 
 use super::families::{counter, gauge};
-use super::{
+use super::names::{
     RDKAFKA_OUTBUF_MESSAGES, RDKAFKA_QUEUE_BYTES, RDKAFKA_QUEUE_MESSAGES, RDKAFKA_RETRIES,
     RDKAFKA_WAITRESP_MESSAGES,
 };

@@ -7,16 +7,9 @@
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};
 
 use super::families::{counter, histogram, seconds_buckets};
-
-/// Kafka transactions ended, by `pipeline`, `outcome` (`committed`, `aborted`).
-pub const TRANSACTIONS: &str = "mongo_kafka_bridge_transactions_total";
-/// First record to end of a transaction, seconds, by `pipeline`.
-pub const TRANSACTION_DURATION: &str = "mongo_kafka_bridge_transaction_duration_seconds";
-/// The `commit_transaction` call (EndTxn, after the flush), seconds, by `pipeline`.
-pub const TRANSACTION_COMMIT_DURATION: &str =
-    "mongo_kafka_bridge_transaction_commit_duration_seconds";
-/// Records per committed transaction (the progress record included), by `pipeline`.
-pub const TRANSACTION_RECORDS: &str = "mongo_kafka_bridge_transaction_records";
+use super::names::{
+    TRANSACTION_COMMIT_DURATION, TRANSACTION_DURATION, TRANSACTION_RECORDS, TRANSACTIONS,
+};
 
 /// The families, registered once.
 #[derive(Clone)]

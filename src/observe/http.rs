@@ -3,7 +3,7 @@
 //! Invariants: handlers only read shared state; `/healthz` is 200 unless a pipeline loop is
 //! wedged; `/readyz` is 200 only when every pipeline's stream is open (or it stands by for
 //! another owner), deliveries are not stalled and the process is not draining (see
-//! [`crate::health`]). Bodies are plain text: `ready` or the reasons, then one line per note
+//! [`crate::observe::health`]). Bodies are plain text: `ready` or the reasons, then one line per note
 //! (`pipeline X: standby, owner O until T`).
 
 use std::net::SocketAddr;
@@ -17,8 +17,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::observe::health::Health;
+use crate::observe::metrics::Metrics;
 
 /// Shared state of the handlers.
 #[derive(Clone)]

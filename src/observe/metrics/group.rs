@@ -7,7 +7,7 @@
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::families::{counter, seconds_buckets};
-use super::{GROUP_OWNED, GROUP_REBALANCES, GROUP_REVOKE_DURATION, GROUP_UNASSIGNABLE};
+use super::names::{GROUP_OWNED, GROUP_REBALANCES, GROUP_REVOKE_DURATION, GROUP_UNASSIGNABLE};
 
 /// The group series of a registry (clones share them).
 #[derive(Clone)]

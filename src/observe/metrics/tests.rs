@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use bson::Timestamp;
 
 use super::*;
