@@ -83,7 +83,7 @@ pub struct EncodedEvent {
     /// Set when `on_ambiguous` diverted the event: its records are a stub or BSON.
     pub diverted: Option<Diversion>,
     /// The MongoDB transaction the event belongs to (`lsid` and `txnNumber`), if any.
-    pub transaction: Option<crate::event::MongoTransaction>,
+    pub txn: Option<crate::event::TxnId>,
 }
 
 /// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,
@@ -211,7 +211,7 @@ impl RecordEncoder {
             cluster_time: view.cluster_time,
             wall_time_ms: view.wall_time_ms,
             diverted,
-            transaction: crate::event::MongoTransaction::of(&view),
+            txn: crate::event::TxnId::of(&view),
         })
     }
 

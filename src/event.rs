@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
 
-use crate::snapshot::{CopyTarget, Marker, Progress};
+use crate::snapshot::{CopyTarget, Marker, SharedState};
 
 /// A resumable position of a change stream: what the offsets document stores.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,7 +60,7 @@ pub enum SourceItem {
         read_time: Option<Timestamp>,
         /// The snapshot's state once this document is delivered: set on the last document of
         /// each batch, `None` on the others.
-        progress: Option<Progress>,
+        state: Option<SharedState>,
         /// Like an event's.
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     },
@@ -73,25 +73,26 @@ pub enum SourceItem {
         /// Documents copied (for an end).
         copied: u64,
         /// The snapshot's state once the markers are delivered.
-        progress: Progress,
+        state: SharedState,
     },
     /// The snapshot's state alone, to commit once everything before it is delivered (a new
     /// snapshot's plan, or one with nothing left to copy).
-    Progress(Progress),
+    SnapshotState(SharedState),
 }
 
-/// The MongoDB multi-document transaction a change event belongs to: its `lsid` and
+/// Which MongoDB multi-document transaction a change event belongs to: its `lsid` and
 /// `txnNumber` (<https://www.mongodb.com/docs/manual/reference/change-events/>). Events of one
-/// transaction are contiguous in the change stream and share both.
+/// MongoDB transaction are contiguous in the change stream and share both. (In the code,
+/// "transaction" is Kafka's; MongoDB's is a "txn", after the event's `txnNumber`.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct MongoTransaction {
+pub struct TxnId {
     /// `lsid`, as the server sent it.
     pub lsid: RawDocumentBuf,
     /// `txnNumber`.
     pub txn_number: i64,
 }
 
-impl MongoTransaction {
+impl TxnId {
     /// The transaction of `view`, when it has both `lsid` and `txnNumber`.
     pub fn of(view: &ChangeEventView<'_>) -> Option<Self> {
         Some(Self {
@@ -116,7 +117,7 @@ pub struct Safe {
     /// The change stream's position.
     pub stream: Option<Position>,
     /// The running snapshot's state.
-    pub snapshot: Option<Progress>,
+    pub snapshot: Option<SharedState>,
     /// With `delivery = "exactly_once"`: the commit sequence of the Kafka transaction that
     /// committed this state, and its progress record's offset (`None` at-least-once).
     pub committed: Option<(i64, Option<i64>)>,

@@ -45,7 +45,7 @@ use crate::kafka::limits::TopicLimits;
 use crate::kafka::sink::{EnqueueError, KafkaSink};
 use crate::observe::health::{PipelineHealth, now_ms};
 use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
-use crate::snapshot::Progress;
+use crate::snapshot::SharedState;
 use crate::window::OrderedWindow;
 
 /// Bound of one burst in `complete_ready`, so a full window of completed entries (up to
@@ -67,7 +67,7 @@ enum Kind {
     /// A change event: its position is built when it enters the window.
     Event(EncodedEvent),
     /// A snapshot's copied document or markers: the snapshot's state it completes, if any.
-    Snapshot(&'static str, Option<Progress>),
+    Snapshot(&'static str, Option<SharedState>),
 }
 
 /// What a window entry yields once it and everything before it is delivered.
@@ -76,7 +76,7 @@ pub(crate) enum Mark {
     /// A position of the change stream.
     Stream(Position),
     /// A snapshot's state.
-    Snapshot(Progress),
+    Snapshot(SharedState),
     /// Nothing to commit (a copied document inside a batch).
     Nothing,
 }
@@ -132,7 +132,7 @@ pub struct Relay {
     /// Partition counts of the topics markers went to.
     partitions: std::collections::HashMap<Arc<str>, i32>,
     /// With `delivery = "exactly_once"`: the Kafka transactions ([`transaction`]).
-    txn: Option<transaction::Transactions>,
+    transactions: Option<transaction::Transactions>,
 }
 
 impl Relay {
@@ -176,14 +176,14 @@ impl Relay {
                 increment: 0,
             },
             partitions: std::collections::HashMap::new(),
-            txn: None,
+            transactions: None,
         }
     }
 
     /// Delivers exactly once: records in Kafka transactions with their progress record, the
     /// state published only once its transaction committed (see [`transaction`]).
-    pub fn with_transactions(mut self, txn: transaction::Transactions) -> Self {
-        self.txn = Some(txn);
+    pub fn with_transactions(mut self, transactions: transaction::Transactions) -> Self {
+        self.transactions = Some(transactions);
         self
     }
 
@@ -338,7 +338,7 @@ impl Relay {
                 }
                 let mut encoded = encoded;
                 let records = std::mem::take(&mut encoded.records);
-                self.before_records(encoded.transaction.as_ref(), true, &records)
+                self.before_records(encoded.txn.as_ref(), true, &records)
                     .await?;
                 self.enqueue_new(records, Kind::Event(encoded)).await
             }
@@ -346,20 +346,20 @@ impl Relay {
                 target,
                 raw,
                 read_time,
-                progress,
+                state,
                 permit,
             } => {
                 let _permit = permit;
-                self.accept_copy(&target, &raw, read_time, progress).await
+                self.accept_copy(&target, &raw, read_time, state).await
             }
             SourceItem::Marker {
                 target,
                 marker,
                 copied,
-                progress,
-            } => self.accept_markers(&target, marker, copied, progress).await,
-            SourceItem::Progress(progress) => {
-                self.window.push_watermark(Mark::Snapshot(progress));
+                state,
+            } => self.accept_markers(&target, marker, copied, state).await,
+            SourceItem::SnapshotState(state) => {
+                self.window.push_watermark(Mark::Snapshot(state));
                 Ok(None)
             }
             SourceItem::Idle => {
@@ -497,14 +497,8 @@ impl Relay {
     fn push_event(&mut self, p: Pending) {
         let encoded = match p.kind {
             Kind::Event(encoded) => encoded,
-            Kind::Snapshot(operation_type, progress) => {
-                return self.push_snapshot(
-                    p.topic,
-                    p.bytes,
-                    p.deliveries,
-                    operation_type,
-                    progress,
-                );
+            Kind::Snapshot(operation_type, state) => {
+                return self.push_snapshot(p.topic, p.bytes, p.deliveries, operation_type, state);
             }
         };
         self.event_count += 1;
@@ -580,7 +574,7 @@ impl Relay {
         // a contiguous prefix of delivered entries (proof in `window.rs`).
         match done.position {
             Mark::Stream(position) => self.delivered.stream = Some(position),
-            Mark::Snapshot(progress) => self.delivered.snapshot = Some(progress),
+            Mark::Snapshot(state) => self.delivered.snapshot = Some(state),
             Mark::Nothing => {}
         }
         if done.is_event {

@@ -74,7 +74,7 @@ pub struct Request {
 
 /// One namespace's copy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NamespaceProgress {
+pub struct NamespaceCopy {
     /// Database.
     pub db: String,
     /// Collection.
@@ -90,7 +90,7 @@ pub struct NamespaceProgress {
     pub done: bool,
 }
 
-impl NamespaceProgress {
+impl NamespaceCopy {
     /// A namespace not copied yet.
     pub fn new(db: &str, coll: &str) -> Self {
         Self {
@@ -119,7 +119,7 @@ pub struct SnapshotState {
     /// When it started.
     pub started_at: DateTime,
     /// The namespaces it copies, in the order they are copied.
-    pub namespaces: Vec<NamespaceProgress>,
+    pub namespaces: Vec<NamespaceCopy>,
     /// `requestedAt` of the request it answers, so a restart does not answer it twice.
     pub requested_at: Option<DateTime>,
     /// The `snapshot_filter` it copies with, as canonical Extended JSON (`None`: every
@@ -129,11 +129,7 @@ pub struct SnapshotState {
 
 impl SnapshotState {
     /// A new snapshot answering `request`, of `namespaces`, with a fresh id.
-    pub fn new(
-        request: &Request,
-        namespaces: Vec<NamespaceProgress>,
-        filter: Option<String>,
-    ) -> Self {
+    pub fn new(request: &Request, namespaces: Vec<NamespaceCopy>, filter: Option<String>) -> Self {
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             reason: request.reason,
@@ -156,7 +152,7 @@ impl SnapshotState {
 }
 
 /// The snapshot state shared by items in flight (one clone per batch, not per document).
-pub type Progress = Arc<SnapshotState>;
+pub type SharedState = Arc<SnapshotState>;
 
 /// What a copied document's records need to know of its namespace.
 #[derive(Debug, Clone, PartialEq)]

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::Relay;
 use crate::encode::Record;
 use crate::error::BridgeError;
-use crate::event::MongoTransaction;
+use crate::event::TxnId;
 use crate::kafka::progress::PARTITION;
 use crate::observe::metrics::TransactionMetrics;
 use crate::offsets::progress::{self, ProgressKey, Sequences};
@@ -66,7 +66,7 @@ struct Open {
     events: usize,
     records: usize,
     /// The MongoDB transaction of the last event, while no boundary came after it.
-    mongo: Option<MongoTransaction>,
+    txn: Option<TxnId>,
 }
 
 /// What [`Transactions::new`] takes.
@@ -122,25 +122,25 @@ impl Transactions {
     /// Whether a transaction is open and may end here, with no next item known: its last
     /// event belongs to no MongoDB transaction, or the stream was caught up since.
     fn at_boundary(&self) -> bool {
-        self.open.as_ref().is_some_and(|o| o.mongo.is_none())
+        self.open.as_ref().is_some_and(|o| o.txn.is_none())
     }
 
     /// Whether the open transaction may end before an item of MongoDB transaction `next`.
-    fn may_end_before(&self, next: Option<&MongoTransaction>) -> bool {
+    fn may_end_before(&self, next: Option<&TxnId>) -> bool {
         self.open
             .as_ref()
-            .is_some_and(|o| o.mongo.is_none() || o.mongo.as_ref() != next)
+            .is_some_and(|o| o.txn.is_none() || o.txn.as_ref() != next)
     }
 
     /// The error of a MongoDB transaction that kept the open Kafka one past its bound.
     fn too_long(&self, pipeline: &str) -> Option<BridgeError> {
         let open = self.open.as_ref()?;
-        let mongo = open.mongo.as_ref()?;
+        let txn = open.txn.as_ref()?;
         let elapsed = open.since.elapsed();
         (elapsed >= self.limit).then(|| BridgeError::TransactionTooLong {
             pipeline: pipeline.to_owned(),
-            lsid: mongo.lsid_text(),
-            txn_number: mongo.txn_number,
+            lsid: txn.lsid_text(),
+            txn_number: txn.txn_number,
             events: open.events,
             elapsed_ms: elapsed.as_millis() as u64,
             limit_ms: self.limit.as_millis() as u64,
@@ -153,7 +153,7 @@ impl Relay {
     /// refused at enqueue, so the oversize policy stubs it inside the transaction. A broker's
     /// refusal would instead leave the transaction abortable, where no stub can be added.
     pub(super) fn over_topic_limit(&self, record: &Record) -> bool {
-        self.txn.is_some()
+        self.transactions.is_some()
             && self
                 .topic_limits
                 .as_ref()
@@ -171,11 +171,11 @@ impl Relay {
     /// Errors: [`BridgeError::TransactionTooLong`], or a failed commit or begin.
     pub(super) async fn before_records(
         &mut self,
-        next: Option<&MongoTransaction>,
+        next: Option<&TxnId>,
         is_event: bool,
         records: &[Record],
     ) -> Result<(), BridgeError> {
-        let Some(t) = &mut self.txn else {
+        let Some(t) = &mut self.transactions else {
             return Ok(());
         };
         let records = records.len();
@@ -186,24 +186,31 @@ impl Relay {
         if t.due() && t.may_end_before(next) {
             self.commit_transaction().await?;
         }
-        let begun = match self.txn.as_ref().is_some_and(Transactions::is_open) {
+        let begun = match self
+            .transactions
+            .as_ref()
+            .is_some_and(Transactions::is_open)
+        {
             true => Ok(()),
             false => self.sink.begin_transaction(),
         };
         begun.map_err(|e| self.transaction_error("begin", e))?;
-        let t = self.txn.as_mut().expect("checked above: exactly-once");
+        let t = self
+            .transactions
+            .as_mut()
+            .expect("checked above: exactly-once");
         let open = match &mut t.open {
             Some(open) => open,
             None => t.open.insert(Open {
                 since: Instant::now(),
                 events: 0,
                 records: 0,
-                mongo: None,
+                txn: None,
             }),
         };
         open.events += usize::from(is_event);
         open.records += records;
-        open.mongo = next.cloned();
+        open.txn = next.cloned();
         Ok(())
     }
 
@@ -213,11 +220,11 @@ impl Relay {
     ///
     /// Errors: [`BridgeError::TransactionTooLong`], or a failed commit.
     pub(super) async fn at_rest(&mut self, caught_up: bool) -> Result<(), BridgeError> {
-        let Some(t) = &mut self.txn else {
+        let Some(t) = &mut self.transactions else {
             return Ok(());
         };
         if caught_up && let Some(open) = &mut t.open {
-            open.mongo = None;
+            open.txn = None;
         }
         if let Some(error) = t.too_long(&self.pipeline) {
             self.abort_transaction().await;
@@ -232,7 +239,7 @@ impl Relay {
     /// Ends the open transaction at a drain: commits it when it may end here, else aborts it
     /// (a MongoDB transaction is partly read: all of it is read again after the restart).
     pub(super) async fn end_transaction(&mut self) -> Result<(), BridgeError> {
-        match &self.txn {
+        match &self.transactions {
             Some(t) if t.at_boundary() => self.commit_transaction().await,
             Some(t) if t.is_open() => {
                 self.abort_transaction().await;
@@ -248,7 +255,10 @@ impl Relay {
         while let Some(done) = self.window.next().await {
             self.fold(done?);
         }
-        let t = self.txn.as_ref().expect("only exactly-once relays commit");
+        let t = self
+            .transactions
+            .as_ref()
+            .expect("only exactly-once relays commit");
         let Some(open) = &t.open else { return Ok(()) };
         let sequences = Sequences {
             reset: t.sequences.reset,
@@ -292,7 +302,10 @@ impl Relay {
             .await
             .map_err(|e| self.transaction_error("commit", e))?;
         let offset = Some(offset);
-        let t = self.txn.as_mut().expect("only exactly-once relays commit");
+        let t = self
+            .transactions
+            .as_mut()
+            .expect("only exactly-once relays commit");
         t.metrics.commit.observe(started.elapsed().as_secs_f64());
         t.metrics.duration.observe(since.elapsed().as_secs_f64());
         t.metrics.records.observe(records as f64);
@@ -308,7 +321,9 @@ impl Relay {
     /// Aborts the open transaction, if any; a failure is logged (the next producer's
     /// `init_transactions` aborts it then).
     pub(super) async fn abort_transaction(&mut self) {
-        let Some(t) = &mut self.txn else { return };
+        let Some(t) = &mut self.transactions else {
+            return;
+        };
         let Some(open) = t.open.take() else { return };
         t.metrics.aborted.inc();
         t.metrics
@@ -326,7 +341,9 @@ impl Relay {
     /// transaction is open: it takes a new commit sequence. `false` while one is open: the
     /// state is published when it commits.
     pub(super) fn sequence_untransacted(&mut self) -> bool {
-        let Some(t) = &mut self.txn else { return true };
+        let Some(t) = &mut self.transactions else {
+            return true;
+        };
         if t.open.is_some() {
             return false;
         }
@@ -378,19 +395,19 @@ mod tests {
         )
     }
 
-    fn mongo(txn_number: i64) -> MongoTransaction {
-        MongoTransaction {
+    fn mongo(txn_number: i64) -> TxnId {
+        TxnId {
             lsid: rawdoc! { "id": 1 },
             txn_number,
         }
     }
 
-    fn open(t: &mut Transactions, events: usize, since: Instant, mongo: Option<MongoTransaction>) {
+    fn open(t: &mut Transactions, events: usize, since: Instant, mongo: Option<TxnId>) {
         t.open = Some(Open {
             since,
             events,
             records: events,
-            mongo,
+            txn: mongo,
         });
     }
 

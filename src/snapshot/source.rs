@@ -30,7 +30,7 @@ use tracing::info;
 
 use super::copy::{CopyCursor, Read};
 use super::sequence::{HOLD_ITEMS, Sequencer, Slot};
-use super::{CopyTarget, Marker, NamespaceProgress, Request, SnapshotState, plan};
+use super::{CopyTarget, Marker, NamespaceCopy, Request, SnapshotState, plan};
 use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
@@ -242,7 +242,7 @@ impl<'a> Copy<'a> {
                 })?;
                 let namespaces = planned
                     .iter()
-                    .map(|(db, coll)| NamespaceProgress::new(db, coll))
+                    .map(|(db, coll)| NamespaceCopy::new(db, coll))
                     .collect();
                 let state = SnapshotState::new(&request, namespaces, filter);
                 info!(pipeline = %p.name, snapshot = %state.id, reason = state.reason.as_str(),
@@ -327,7 +327,7 @@ impl<'a> Copy<'a> {
     /// Adds `(db, coll)` to the running snapshot: its start marker comes after the event that
     /// made it appear, its copy after that.
     fn add(&mut self, (db, coll): (String, String)) {
-        let n = NamespaceProgress::new(&db, &coll);
+        let n = NamespaceCopy::new(&db, &coll);
         info!(pipeline = %self.copier.pipeline.name, namespace = %n.namespace(),
               "a collection was renamed into the scope during the snapshot: copying it too");
         self.targets.push(Arc::new(CopyTarget {
@@ -425,7 +425,7 @@ impl<'a> Copy<'a> {
 
     /// `out` as it enters the channel, with the snapshot's state as of that point.
     fn leave(&mut self, out: Out) -> SourceItem {
-        let progress = |state: &SnapshotState| Arc::new(state.clone());
+        let shared = |state: &SnapshotState| Arc::new(state.clone());
         match out {
             Out::Stream(item) => item,
             Out::Doc {
@@ -441,13 +441,13 @@ impl<'a> Copy<'a> {
                 if m.remaining.get() > 0 {
                     m.remaining.dec();
                 }
-                let progress = if last {
+                let state = if last {
                     n.last_id = raw
                         .get("_id")
                         .ok()
                         .flatten()
                         .and_then(|id| Bson::try_from(id.to_raw_bson()).ok());
-                    Some(progress(&self.state))
+                    Some(shared(&self.state))
                 } else {
                     None
                 };
@@ -455,7 +455,7 @@ impl<'a> Copy<'a> {
                     target: Arc::clone(&self.targets[ns]),
                     raw,
                     read_time,
-                    progress,
+                    state,
                     permit: None,
                 }
             }
@@ -471,10 +471,10 @@ impl<'a> Copy<'a> {
                     target: Arc::clone(&self.targets[ns]),
                     marker,
                     copied: self.state.namespaces[ns].copied,
-                    progress: progress(&self.state),
+                    state: shared(&self.state),
                 }
             }
-            Out::State => SourceItem::Progress(progress(&self.state)),
+            Out::State => SourceItem::SnapshotState(shared(&self.state)),
         }
     }
 
