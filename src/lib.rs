@@ -26,7 +26,6 @@ pub mod reload;
 pub mod roster;
 pub mod snapshot;
 pub mod source;
-pub mod split;
 mod window;
 
 pub use app::Bridge;

@@ -179,7 +179,7 @@ pub async fn run(
 async fn preflight(ctx: &PipelineContext, cancel: &CancellationToken) -> Result<(), BridgeError> {
     let p = &ctx.pipeline;
     if let Some(Some(reason)) =
-        cancellable(cancel, crate::source::unwatchable(&ctx.client, p)).await
+        cancellable(cancel, crate::source::stream::unwatchable(&ctx.client, p)).await
     {
         let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
         return Err(BridgeError::Config {

@@ -30,7 +30,6 @@ pub mod copy;
 pub mod key;
 pub mod plan;
 pub mod sequence;
-pub mod source;
 
 /// Why a snapshot runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use super::{CHECK_TIMEOUT, CheckLine, CheckOptions, Largest, human, line, state}
 use crate::config::{Config, PipelineConfig};
 use crate::error::{BridgeError, report};
 use crate::observe::history::{OplogBounds, OplogUnknown, PRIVILEGE_HINT, oplog_bounds};
-use crate::source::{self, Start, StreamSpec};
+use crate::source::stream::{self, Start, StreamSpec};
 
 /// Runs the MongoDB checks; also returns the largest document per watched collection.
 pub(super) async fn check(
@@ -265,7 +265,7 @@ async fn check_stream(
         max_await: Duration::from_millis(100),
     };
     let opened =
-        tokio::time::timeout(CHECK_TIMEOUT, source::open(client, &spec, &Start::Now)).await;
+        tokio::time::timeout(CHECK_TIMEOUT, stream::open(client, &spec, &Start::Now)).await;
     match opened {
         Ok(Ok(_stream)) => line(
             true,

@@ -41,16 +41,17 @@ use crate::kafka::topics;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::transaction::{TransactionSettings, Transactions};
 use crate::relay::{Limits, Relay};
-use crate::snapshot::source::{Copier, Job};
 use crate::snapshot::{Reason, Request};
-use crate::source::{self, Start, StreamSpec};
+use crate::source::copying::{Copier, Job};
+use crate::source::reader::{Channel, StreamReader};
+use crate::source::stream::{self, RawStream, Start, StreamSpec};
 
 /// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
 /// not ready (ms).
 const SERVER_ANSWER_GRACE_MS: u64 = 2000;
 
 /// Capacity of the source → relay channel (items); its bytes are bounded separately by the
-/// in-flight byte bound (see [`source::Channel`]).
+/// in-flight byte bound (see [`Channel`]).
 const CHANNEL_CAPACITY: usize = 256;
 
 /// Runs the pipeline from `offsets` (taken or reloaded with our epoch) until `cancel` fires and
@@ -85,7 +86,7 @@ pub(super) async fn once(
 }
 
 /// What a run starts with: the opened stream, the topic creator, the copy job.
-type Prepared = (source::RawStream, Option<TopicCreator>, Option<Job>);
+type Prepared = (RawStream, Option<TopicCreator>, Option<Job>);
 
 /// Opens the stream where `offsets` say, commits the initial position (and the request of an
 /// initial snapshot) when there is none, and prepares topic creation; `None` when `cancel`
@@ -113,7 +114,7 @@ async fn prepare(
         offsets: &offsets_location,
         max_await: Duration::from_millis(b.max_await_time_ms),
     };
-    let opened = cancellable(cancel, source::open_splitting(&ctx.client, &spec, &start));
+    let opened = cancellable(cancel, stream::open_splitting(&ctx.client, &spec, &start));
     let Some(opened) = opened.await else {
         return Ok(None);
     };
@@ -135,7 +136,7 @@ async fn prepare(
               be copied after the stream's start is committed");
     }
     if offsets.resume_token.is_none() {
-        let token = source::current_token(&stream).map_err(|source| BridgeError::Encode {
+        let token = stream::current_token(&stream).map_err(|source| BridgeError::Encode {
             pipeline: p.name.clone(),
             source,
         })?;
@@ -196,7 +197,7 @@ async fn stages(
     store: &OffsetsStore,
     epoch: i64,
     offsets: &OffsetsDoc,
-    stream: source::RawStream,
+    stream: RawStream,
     creator: Option<TopicCreator>,
     job: Option<Job>,
     cancel: &CancellationToken,
@@ -206,7 +207,7 @@ async fn stages(
     let bounds = ctx.config.in_flight_bounds();
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let budget_bytes = u32::try_from(bounds.bytes).unwrap_or(u32::MAX);
-    let channel = source::Channel {
+    let channel = Channel {
         tx,
         budget: Arc::new(tokio::sync::Semaphore::new(budget_bytes as usize)),
         budget_bytes,
@@ -220,12 +221,12 @@ async fn stages(
         offsets: ctx.config.mongodb.offsets(),
         metrics: ctx.metrics.clone(),
     };
-    let reader = source::StreamReader::new(&p.name, stream);
+    let reader = StreamReader::new(&p.name, stream);
     let source = stage::spawn(
         &p.name,
         "source",
         Ends::ClosingItsOutput,
-        crate::snapshot::source::stage(
+        crate::source::snapshot::stage(
             reader,
             channel,
             run.clone(),
@@ -338,7 +339,7 @@ async fn transactions(
 /// Errors: [`BridgeError::OffsetsDocument`] when the stored token cannot be handed to the
 /// driver (never a silent start elsewhere).
 fn start_of(p: &PipelineConfig, offsets: &OffsetsDoc) -> Result<Start, BridgeError> {
-    start_with(p, offsets, source::to_resume_token)
+    start_with(p, offsets, stream::to_resume_token)
 }
 
 /// [`start_of`] with the conversion of a stored token into the driver's type given.

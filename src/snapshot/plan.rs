@@ -15,7 +15,7 @@ use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 
 /// Databases a deployment-scope snapshot never copies.
-pub(super) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
+pub(crate) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
 
 /// The namespaces `p` copies, in name order; `only`: just this one (a request naming it).
 /// `offsets`: where the bridge's own collections are.

@@ -14,7 +14,8 @@
 //! finished, the last record of every key (a document of a copied namespace) in the topic is
 //! the document's current state, or a tombstone if it was deleted.
 //!
-//! Premises (upheld by [`super::source`] and the settings `config/snapshot.rs` requires):
+//! Premises (upheld by the source task, `source/snapshot.rs` and `source/copying.rs`, and the
+//! settings `config/snapshot.rs` requires):
 //! - P1. One task reads the stream and issues every copy request. A copy batch's slot is
 //!   opened ([`Sequencer::open`]) before its request (one `find`, `copy.rs`) is issued, and every
 //!   stream item is [`Sequencer::push`]ed when the stream returns it. Items leave by

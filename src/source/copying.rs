@@ -1,43 +1,31 @@
-//! The source task of a pipeline with a snapshot: the change stream and the copy cursors read
-//! by one task, their items ordered by [`Sequencer`] into the one channel to the relay.
+//! One running snapshot's copies: its plan and targets, the copy requests it issues (at most
+//! `snapshot_parallelism` namespaces at once), their replies, and each item as it leaves into
+//! the channel with the snapshot's state as of that point.
 //!
-//! Interleaving policy (which source gets capacity when both have work): both are always in
-//! flight. Each namespace being copied (at most `snapshot_parallelism`) has one request
-//! outstanding, and the stream has one `getMore` outstanding for as long as fewer than
-//! [`HOLD_ITEMS`] of its items wait behind an unanswered copy request. Items enter the channel
-//! in [`Sequencer`] order as soon as nothing before them waits, so neither starves the other:
-//! the stream's position keeps advancing during a copy that lasts longer than the oplog
-//! window, and a busy stream delays a copy batch by at most [`HOLD_ITEMS`] items.
-//!
-//! Invariants: every item leaves in sequence order, with the snapshot's state as of that
-//! point attached (progress of the last document of each batch, markers' delivery), so the
-//! relay's delivered prefix carries a consistent (resume token, copy progress) pair; a
-//! namespace's `snapshot_start` precedes its first document and its `snapshot_end` follows its
-//! last; a cancelled source drops the cursors (the driver kills them).
+//! Invariants: a copy batch's slot is opened before its request is issued
+//! (`snapshot/sequence.rs`, premise P1); a namespace's `snapshot_start` precedes its first
+//! document and its `snapshot_end` follows its last; the state an item carries counts only what
+//! left before it (the last document of each batch carries its namespace's `lastId`).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bson::{Bson, RawDocumentBuf, Timestamp};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::stream::{FuturesUnordered, StreamExt};
-use mongodb::Client;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use futures::stream::FuturesUnordered;
 use tracing::info;
 
-use super::copy::{CopyCursor, Read};
-use super::sequence::{HOLD_ITEMS, Sequencer, Slot};
-use super::{CopyTarget, Marker, NamespaceCopy, Request, SnapshotState, plan};
+use mongodb::Client;
+
 use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
 use crate::event::SourceItem;
-use crate::observe::health::PipelineHealth;
 use crate::observe::metrics::{PipelineMetrics, SnapshotMetrics};
-use crate::source::{self, Channel, StreamReader};
+use crate::snapshot::copy::{CopyCursor, Read};
+use crate::snapshot::sequence::{Sequencer, Slot};
+use crate::snapshot::{CopyTarget, Marker, NamespaceCopy, Request, SnapshotState, plan};
 
 /// What a copy needs besides the stream.
 pub struct Copier {
@@ -60,43 +48,8 @@ pub enum Job {
     New(Request),
 }
 
-/// The source stage: streams, and copies whenever a snapshot is to run (`first`, or a request
-/// arriving on `requests`), until `cancel` fires or the relay is gone.
-///
-/// Errors: the stream's and the copy's (see [`BridgeError::Copy`]).
-pub async fn stage(
-    reader: StreamReader,
-    channel: Channel,
-    cancel: CancellationToken,
-    health: Arc<PipelineHealth>,
-    copier: Copier,
-    mut requests: watch::Receiver<Option<Request>>,
-    first: Option<Job>,
-) -> Result<(), BridgeError> {
-    health.stream_open.store(true, Ordering::Relaxed);
-    let mut reader = reader;
-    let mut job = first;
-    let result = loop {
-        if let Some(next) = job.take() {
-            match run(reader, &channel, &cancel, &health, &copier, next).await {
-                Ok(Some(back)) => reader = back,
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        }
-        match source::run(&mut reader, &channel, &cancel, &health, &mut requests).await {
-            Ok(Some(request)) => job = Some(Job::New(request)),
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-    };
-    health.stream_open.store(false, Ordering::Relaxed);
-    health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
-    result
-}
-
 /// An item in the sequence, turned into a [`SourceItem`] when it leaves ([`Copy::leave`]).
-enum Out {
+pub(super) enum Out {
     Stream(SourceItem),
     Doc {
         ns: usize,
@@ -109,94 +62,22 @@ enum Out {
     State,
 }
 
-type CopyRead = (usize, Slot, CopyCursor, Result<Read, mongodb::error::Error>);
-type StreamRead = (StreamReader, Result<Option<SourceItem>, BridgeError>);
+pub(super) type CopyRead = (usize, Slot, CopyCursor, Result<Read, mongodb::error::Error>);
 
 /// One running snapshot.
-struct Copy<'a> {
+pub(super) struct Copy<'a> {
     copier: &'a Copier,
     state: SnapshotState,
     targets: Vec<Arc<CopyTarget>>,
     metrics: Vec<SnapshotMetrics>,
     /// When each namespace's copy began in this run, and how many it had copied before.
     started: Vec<Option<(Instant, u64)>>,
-    seq: Sequencer<Out>,
-    pending: std::collections::VecDeque<usize>,
-    copies: FuturesUnordered<BoxFuture<'static, CopyRead>>,
-}
-
-/// Copies while streaming until every namespace's end marker entered the channel; returns the
-/// reader to stream on (`None`: cancelled or the relay is gone). The stream's `getMore` is not
-/// timed for readiness here (`awaiting_server_since_ms` stays 0): its reply may wait unpolled
-/// while the channel is full, which is backpressure, not a silent server.
-async fn run(
-    reader: StreamReader,
-    channel: &Channel,
-    cancel: &CancellationToken,
-    _health: &PipelineHealth,
-    copier: &Copier,
-    job: Job,
-) -> Result<Option<StreamReader>, BridgeError> {
-    let mut copy = Copy::prepare(copier, job).await?;
-    let mut reader = Some(reader);
-    let mut stream: Option<BoxFuture<'static, StreamRead>> = None;
-    loop {
-        while let Some(out) = copy.seq.pop() {
-            let item = copy.leave(out);
-            if !channel.send(item, cancel).await {
-                return Ok(None);
-            }
-        }
-        if copy.pending.is_empty() && copy.copies.is_empty() && copy.seq.is_empty() {
-            break;
-        }
-        copy.issue().await;
-        if stream.is_none() && copy.seq.held() < HOLD_ITEMS {
-            let owned = reader
-                .take()
-                .expect("invariant: the reader is back when no read runs");
-            stream = Some(owned.next_owned().boxed());
-        }
-        let woke = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Ok(None),
-            Some(read) = copy.copies.next(), if !copy.copies.is_empty() => Woke::Copy(read),
-            read = async { stream.as_mut().expect("guarded by the condition").await },
-                if stream.is_some() => Woke::Stream(read),
-        };
-        match woke {
-            Woke::Copy(read) => copy.answered(read)?,
-            Woke::Stream((back, next)) => {
-                stream = None;
-                reader = Some(back);
-                if let Some(item) = next? {
-                    let renamed = copy.renamed_into_scope(&item);
-                    copy.seq.push(Out::Stream(item));
-                    if let Some(ns) = renamed {
-                        copy.add(ns);
-                    }
-                }
-            }
-        }
-    }
-    copy.finished();
-    if let Some(read) = stream {
-        let (back, next) = read.await;
-        reader = Some(back);
-        if let Some(item) = next?
-            && !channel.send(item, cancel).await
-        {
-            return Ok(None);
-        }
-    }
-    Ok(reader)
-}
-
-// One value per wake-up, moved once: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Woke {
-    Copy(CopyRead),
-    Stream(StreamRead),
+    /// The order in which items leave (`snapshot/sequence.rs`).
+    pub(super) seq: Sequencer<Out>,
+    /// Namespaces whose copy has not started yet.
+    pub(super) pending: std::collections::VecDeque<usize>,
+    /// The copy requests in flight.
+    pub(super) copies: FuturesUnordered<BoxFuture<'static, CopyRead>>,
 }
 
 /// The configured `snapshot_filter` as canonical Extended JSON; `None` without one.
@@ -210,7 +91,7 @@ impl<'a> Copy<'a> {
     /// The snapshot's state (planned for a new one), its targets, and the items that open it:
     /// the state itself (so a new snapshot is committed before its first marker), and the
     /// `snapshot_start` of every namespace not started yet.
-    async fn prepare(copier: &'a Copier, job: Job) -> Result<Self, BridgeError> {
+    pub(super) async fn prepare(copier: &'a Copier, job: Job) -> Result<Self, BridgeError> {
         let p = &copier.pipeline;
         let filter = canonical_filter(p);
         let mut seq = Sequencer::default();
@@ -295,7 +176,7 @@ impl<'a> Copy<'a> {
     /// The target of a `rename` event into the pipeline's database or deployment scope, when
     /// the plan does not hold it: its documents exist under a name the plan never listed, and
     /// the stream will carry only their later changes.
-    fn renamed_into_scope(&self, item: &SourceItem) -> Option<(String, String)> {
+    pub(super) fn renamed_into_scope(&self, item: &SourceItem) -> Option<(String, String)> {
         let SourceItem::Event { raw, .. } = item else {
             return None;
         };
@@ -326,7 +207,7 @@ impl<'a> Copy<'a> {
 
     /// Adds `(db, coll)` to the running snapshot: its start marker comes after the event that
     /// made it appear, its copy after that.
-    fn add(&mut self, (db, coll): (String, String)) {
+    pub(super) fn add(&mut self, (db, coll): (String, String)) {
         let n = NamespaceCopy::new(&db, &coll);
         info!(pipeline = %self.copier.pipeline.name, namespace = %n.namespace(),
               "a collection was renamed into the scope during the snapshot: copying it too");
@@ -347,7 +228,7 @@ impl<'a> Copy<'a> {
     }
 
     /// Starts the copy of the next namespaces while fewer than `snapshot_parallelism` run.
-    async fn issue(&mut self) {
+    pub(super) async fn issue(&mut self) {
         let p = &self.copier.pipeline;
         while self.copies.len() < p.snapshot_parallelism {
             let Some(ns) = self.pending.pop_front() else {
@@ -392,7 +273,10 @@ impl<'a> Copy<'a> {
 
     /// A copy request's reply: its documents take the slot, and the next request goes out; an
     /// exhausted cursor puts the namespace's end marker there instead.
-    fn answered(&mut self, (ns, slot, cursor, read): CopyRead) -> Result<(), BridgeError> {
+    pub(super) fn answered(
+        &mut self,
+        (ns, slot, cursor, read): CopyRead,
+    ) -> Result<(), BridgeError> {
         match read {
             Ok(Read::Batch(batch)) => {
                 let count = batch.docs.len();
@@ -424,7 +308,7 @@ impl<'a> Copy<'a> {
     }
 
     /// `out` as it enters the channel, with the snapshot's state as of that point.
-    fn leave(&mut self, out: Out) -> SourceItem {
+    pub(super) fn leave(&mut self, out: Out) -> SourceItem {
         let shared = |state: &SnapshotState| Arc::new(state.clone());
         match out {
             Out::Stream(item) => item,
@@ -497,7 +381,7 @@ impl<'a> Copy<'a> {
         self.metrics[ns].remaining.set(0);
     }
 
-    fn finished(&self) {
+    pub(super) fn finished(&self) {
         info!(pipeline = %self.copier.pipeline.name, snapshot = %self.state.id,
               copied = self.state.copied(),
               "snapshot read to its end; streaming on (it is committed as finished once \
