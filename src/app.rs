@@ -228,7 +228,7 @@ fn log_settings(config: &Config) {
         info!(
             pipeline = %p.name,
             scope = %p.scope(),
-            topic = %p.topic.clone().unwrap_or_else(|| crate::kafka::topics::fallback(p, &config.kafka.topic_prefix)),
+            topic = %p.topic.clone().unwrap_or_else(|| crate::encode::topics::fallback(p, &config.kafka.topic_prefix)),
             full_document = ?p.full_document,
             value = ?p.value,
             json = ?p.json_mode(),

@@ -1,4 +1,7 @@
-//! Change event → Kafka records: topic, key, value, headers. Pure, no I/O.
+//! Stage 2, the encoder: change event → Kafka records: topic ([`topics`]), key and value in
+//! each `format` (`format.rs`), headers ([`headers`]), the dead-letter stubs that stand for
+//! what cannot be written ([`dead_letter`]), and a snapshot's records (`snapshot.rs`). Pure, no
+//! I/O.
 //!
 //! The record format is a public contract (README, "Record format"):
 //! - **Key**: the event's `documentKey`, whole and in the server's field order, as compact
@@ -27,45 +30,19 @@ use crate::config::{Format, OnAmbiguous, PipelineConfig, ValueMode};
 use crate::error::encode::{EncodeError, Unrepresentable};
 use crate::event::ChangeEventView;
 use crate::extjson::{JsonMode, Utf8};
-use crate::kafka::dead_letter::{self, Refused};
-use crate::kafka::topics;
 
+pub mod dead_letter;
 mod format;
 pub mod headers;
+pub(crate) mod record;
 mod snapshot;
+pub mod topics;
 
+use dead_letter::Refused;
 pub(crate) use format::lossy_json;
 use format::{Failed, key_bytes, key_document, value_bytes};
 pub use headers::{HEADER_NAMES, format_header, header_name, operation_type};
-
-/// One Kafka record, ready to enqueue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    /// Target topic.
-    pub topic: Arc<str>,
-    /// Key bytes (UTF-8 canonical Extended JSON).
-    pub key: Vec<u8>,
-    /// Value bytes (UTF-8 Extended JSON), `None` for a tombstone.
-    pub value: Option<Vec<u8>>,
-    /// Header names and UTF-8 values.
-    pub headers: Vec<(&'static str, Vec<u8>)>,
-    /// An explicit partition (markers go to every partition); `None`: the key decides.
-    pub partition: Option<i32>,
-}
-
-impl Record {
-    /// Bytes this record holds in the producer queue (key + value + headers), for the in-flight
-    /// byte budget.
-    pub fn size(&self) -> usize {
-        self.key.len()
-            + self.value.as_ref().map_or(0, Vec::len)
-            + self
-                .headers
-                .iter()
-                .map(|(n, v)| n.len() + v.len())
-                .sum::<usize>()
-    }
-}
+pub use record::Record;
 
 /// The records of one change event plus what the relay needs to know about it.
 #[derive(Debug)]
@@ -363,8 +340,6 @@ impl RecordEncoder {
 }
 
 #[cfg(test)]
-#[path = "encode_format_tests.rs"]
 mod format_tests;
 #[cfg(test)]
-#[path = "encode_tests.rs"]
 mod tests;

@@ -23,13 +23,13 @@ use bson::{RawBson, RawDocumentBuf, Timestamp, rawdoc};
 use tracing::error;
 
 use crate::config::PipelineConfig;
+use crate::encode::topics;
 use crate::encode::{Record, format_header, own_document};
 use crate::error::BridgeError;
 use crate::event::format_timestamp;
 use crate::extjson::JsonMode;
 use crate::kafka::delivery::Delivery;
 use crate::kafka::sink::KafkaSink;
-use crate::kafka::topics;
 use crate::observe::metrics::PipelineMetrics;
 use crate::offsets::OffsetsStore;
 

@@ -3,10 +3,8 @@
 //! - [`sink`]: the pipeline's idempotent producer; enqueueing and flushing.
 //! - [`delivery`]: what an enqueued record became (delivered, refused, cancelled), and the future
 //!   that stands for one change event in the relay's ordered window.
-//! - [`dead_letter`]: the oversize policy's stubs.
 //! - [`admin`]: metadata, topic configurations and topic creation (`check`, `[kafka.topic_creation]`).
 //! - [`context`]: the clients' librdkafka context: statistics as metrics, logs made actionable.
-//! - [`topics`]: which topic a record goes to.
 //! - [`group`]: the group membership's consumer (`[bridge] group_id`) and its thread.
 //! - [`transactions`]: the Kafka transactions of an exactly-once pipeline's producer.
 //! - [`progress`]: the progress topic of exactly-once pipelines, and its startup read.
@@ -25,13 +23,11 @@ use std::ops::Deref;
 
 pub(crate) mod admin;
 pub(crate) mod context;
-pub(crate) mod dead_letter;
 pub(crate) mod delivery;
 pub mod group;
 pub mod limits;
 pub mod progress;
 pub(crate) mod sink;
-pub mod topics;
 pub(crate) mod transactions;
 
 /// A value whose drop blocks (a librdkafka client), dropped on the blocking pool when the last

@@ -35,11 +35,11 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::encode::dead_letter::Refused;
 use crate::encode::{EncodedEvent, Record, RecordEncoder};
 use crate::error::{BridgeError, is_oversize};
 use crate::event::{Position, Safe, SourceItem, timestamp_now};
 use crate::kafka::admin::TopicCreator;
-use crate::kafka::dead_letter::Refused;
 use crate::kafka::delivery::{Delivery, DeliveryContext, EventDeliveries};
 use crate::kafka::limits::TopicLimits;
 use crate::kafka::sink::{EnqueueError, KafkaSink};

@@ -6,11 +6,11 @@ use rdkafka::admin::ResourceSpecifier;
 
 use super::{CHECK_TIMEOUT, CheckLine, Largest, line, warning};
 use crate::config::{Config, PipelineConfig};
+use crate::encode::topics;
 use crate::error::BridgeError;
 use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
 use crate::kafka::context::KafkaContext;
 use crate::kafka::sink::KafkaSink;
-use crate::kafka::topics;
 
 /// Bytes a record adds to its document copies: key, headers, the change event's other fields.
 const RECORD_OVERHEAD: u64 = 1024;

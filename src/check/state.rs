@@ -6,7 +6,7 @@ use mongodb::Client;
 
 use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
-use crate::kafka::topics;
+use crate::encode::topics;
 use crate::observe::history::OplogBounds;
 use crate::offsets::admin::OffsetsAdmin;
 use crate::offsets::identity::describe;

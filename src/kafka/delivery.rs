@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 
 use super::admin::KafkaAdmin;
-use super::dead_letter::{self, Refused};
 use super::sink::KafkaSink;
 use crate::config::Format;
+use crate::encode::dead_letter::{self, Refused};
+use crate::encode::header_name;
 use crate::error::{BridgeError, is_oversize};
 use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
 
@@ -47,9 +49,7 @@ impl Delivery {
             Self::Refused(error, refused) => Outcome::Refused(error, refused),
             Self::Enqueued(future) => match future.await {
                 Ok(Ok(_)) => Outcome::Delivered,
-                Ok(Err((error, message))) => {
-                    Outcome::Refused(error, Refused::from_message(&message))
-                }
+                Ok(Err((error, message))) => Outcome::Refused(error, refused_message(&message)),
                 Err(_) => Outcome::Cancelled,
             },
         }
@@ -223,6 +223,27 @@ impl EventDeliveries {
             topic_limit: limit,
             batch_bytes: *batch_bytes,
         })
+    }
+}
+
+/// What is known of a record the broker refused (librdkafka hands it back with the delivery
+/// error): enough to name it and to build its stub.
+fn refused_message(message: &OwnedMessage) -> Refused {
+    let headers = message
+        .headers()
+        .map(|h| {
+            h.iter()
+                .filter_map(|h| Some((header_name(h.key)?, h.value?.to_vec())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = message.key().unwrap_or_default().to_vec();
+    Refused {
+        topic: Arc::from(message.topic()),
+        size: message.payload().map_or(0, <[u8]>::len) + key.len(),
+        key,
+        headers,
+        enqueued: true,
     }
 }
 

@@ -19,7 +19,7 @@ use super::Detached;
 use super::context::KafkaContext;
 use crate::config::KafkaConfig;
 use crate::config::kafka::pipeline_producer_config;
-use crate::encode::Record;
+use crate::encode::record::Record;
 
 /// Why a record could not be enqueued.
 #[derive(Debug)]

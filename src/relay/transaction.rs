@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Relay;
-use crate::encode::Record;
+use crate::encode::record::Record;
 use crate::error::BridgeError;
 use crate::event::TxnId;
 use crate::kafka::progress::PARTITION;

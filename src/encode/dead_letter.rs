@@ -10,15 +10,15 @@
 //! `MESSAGE_TOO_LARGE`), see Kafka's and librdkafka's configuration references.
 //!
 //! Invariants: nothing is dropped silently (each stub is counted and logged where it is made,
-//! [`super::delivery`]); a stub is never replaced by a stub of itself: a stub Kafka refuses fails
+//! `kafka/delivery.rs`); a stub is never replaced by a stub of itself: a stub Kafka refuses fails
 //! the pipeline with the reason.
 
 use std::sync::Arc;
 
-use rdkafka::message::{Headers, Message, OwnedMessage};
-
+use super::format::lossy_json;
+use super::headers::set_format;
+use super::record::Record;
 use crate::config::Format;
-use crate::encode::{Record, header_name, headers::set_format, lossy_json};
 
 /// What is known of a record Kafka refused: enough to name it and to build its stub.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,26 +46,6 @@ impl Refused {
             headers: record.headers,
             size,
             enqueued: false,
-        }
-    }
-
-    /// A record the broker refused (librdkafka hands it back with the delivery error).
-    pub fn from_message(message: &OwnedMessage) -> Self {
-        let headers = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .filter_map(|h| Some((header_name(h.key)?, h.value?.to_vec())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let key = message.key().unwrap_or_default().to_vec();
-        Self {
-            topic: Arc::from(message.topic()),
-            size: message.payload().map_or(0, <[u8]>::len) + key.len(),
-            key,
-            headers,
-            enqueued: true,
         }
     }
 
