@@ -76,7 +76,7 @@ impl Bridge {
         info!(%metrics_addr, pipelines = config.pipelines.len(), "bridge started");
         let owner = format!(
             "{}:{}:{}",
-            hostname(),
+            crate::offsets::hostname(),
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         );
@@ -310,16 +310,6 @@ async fn supervise(
     };
     roster.stop_all().await;
     result
-}
-
-/// This host's name (`$HOSTNAME`, else `/etc/hostname`), for owner strings in the offsets.
-pub(crate) fn hostname() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
 /// Runs the bridge until `shutdown` resolves or a pipeline fails fatally, calling `observe` once

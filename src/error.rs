@@ -387,15 +387,5 @@ impl BridgeError {
     }
 }
 
-/// A server command error with `code` (the driver offers no public way to attach labels, so
-/// label handling is covered by the fail-point integration tests).
 #[cfg(test)]
-pub(crate) fn command_error(code: i32) -> MongoError {
-    let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
-    let cmd: mongodb::error::CommandError =
-        bson::from_document(raw).expect("a well-formed command error document");
-    mongodb::error::ErrorKind::Command(cmd).into()
-}
-
-#[cfg(test)]
-mod tests;
+pub(crate) mod tests;

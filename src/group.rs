@@ -1,7 +1,7 @@
 //! Many replicas, one owner per pipeline: with `[bridge] group_id`, the pipelines of this
 //! process run where Kafka's consumer-group protocol assigns them. Every member joins the group
 //! on the group's control topic ([`crate::kafka::group`]); partition *n* of that topic stands
-//! for the pipeline whose slot is *n* ([`slots`]); this supervisor starts a pipeline when its
+//! for the pipeline whose slot is *n* ([`crate::offsets::group`]); this supervisor starts a pipeline when its
 //! slot is assigned here and stops it (drain, flush, final commit, lease released) when the
 //! slot is revoked.
 //!
@@ -41,7 +41,6 @@ use crate::reload::Reload;
 use crate::roster::{Roster, STOP_GRACE};
 
 mod setup;
-pub mod slots;
 
 /// After this long without an assignment a member warns (the coordinator never completed a
 /// rebalance).

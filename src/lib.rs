@@ -7,8 +7,8 @@
 //! `pipeline` and [`app`], with every failure decided by `pipeline/policy.rs`.
 
 pub mod app;
-pub mod check;
 mod checkpoint;
+pub mod cli;
 pub mod config;
 pub mod encode;
 pub mod error;

@@ -1,13 +1,15 @@
 //! The offsets document: one per pipeline in `<offsets_database>.<offsets_collection>`. This
 //! module owns it: its field names, its parsed type, its schema version, and every read and
-//! write ([`OffsetsStore`] for a running pipeline, [`admin`] for operators and `check`).
+//! write ([`OffsetsStore`] for a running pipeline, with its commits in `commit.rs`;
+//! [`operator`] for the `offsets` command and `check`). Beside it in the offsets database, the
+//! group slots ([`group`]).
 //!
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
 //!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
 //!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid}` ([`snapshot`]
-//!   has the snapshot's fields, [`progress`] the exactly-once ones).
+//!   has the snapshot's fields, [`exactly_once`] the exactly-once ones and the progress record).
 //!
 //! Invariants:
 //! - Only this module names the document's fields ([`fields`]).
@@ -30,17 +32,26 @@
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
-pub mod admin;
-pub mod command;
-mod format;
+mod commit;
+pub mod exactly_once;
+pub mod group;
 pub mod identity;
-pub mod progress;
+pub mod operator;
 pub(crate) mod snapshot;
 mod store;
 
 pub use identity::StreamIdentity;
-
 pub use store::OffsetsStore;
+
+/// This host's name (`$HOSTNAME`, else `/etc/hostname`), for owner strings in the offsets.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
 
 /// The schema version this binary writes and understands. 2: the stream identity
 /// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore. 3: the

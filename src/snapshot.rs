@@ -25,7 +25,6 @@ use std::sync::Arc;
 
 use bson::{Bson, DateTime};
 
-pub mod command;
 pub mod copy;
 pub mod key;
 pub mod plan;

@@ -275,7 +275,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::error::command_error;
+    use crate::error::tests::command_error;
 
     #[test]
     fn history_lost_codes_are_fatal() {

@@ -162,7 +162,7 @@ impl BridgeError {
 mod tests {
     use super::*;
     use crate::error::BridgeError;
-    use crate::error::command_error;
+    use crate::error::tests::command_error;
 
     #[test]
     fn report_describes_driver_errors_without_their_debug_dump() {

@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// A server command error with `code` (the driver offers no public way to attach labels, so
+/// label handling is covered by the fail-point integration tests).
+pub(crate) fn command_error(code: i32) -> MongoError {
+    let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
+    let cmd: mongodb::error::CommandError =
+        bson::from_document(raw).expect("a well-formed command error document");
+    mongodb::error::ErrorKind::Command(cmd).into()
+}
+
 #[test]
 fn every_error_has_one_class_and_a_bounded_label() {
     let cases = [

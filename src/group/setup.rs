@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::slots::Slots;
 use crate::config::names::control;
 use crate::error::{BridgeError, report};
 use crate::kafka::admin::KafkaAdmin;
 use crate::observe::health::Health;
+use crate::offsets::group::Slots;
 use crate::pipeline::PipelineContext;
 use crate::pipeline::policy::backoff;
 

@@ -1,5 +1,5 @@
 //! The progress topic of `delivery = "exactly_once"`: where each Kafka transaction writes its
-//! position ([`crate::offsets::progress`] has the record's shape), and the startup read of the
+//! position ([`crate::offsets::exactly_once`] has the record's shape), and the startup read of the
 //! newest committed one.
 //!
 //! Invariants:
@@ -27,7 +27,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
 use crate::config::exactly_once::progress_reader_config;
-use crate::offsets::progress::{self, ProgressKey, ProgressRecord};
+use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, newer};
 
 /// The partition every progress record goes to.
 pub const PARTITION: i32 = 0;
@@ -92,7 +92,7 @@ pub fn read_latest(
                         .map_err(|e| format!("progress record at offset {offset}: {e}"))?
                     && latest
                         .as_ref()
-                        .is_none_or(|(l, _)| !progress::newer(l.sequences, record.sequences))
+                        .is_none_or(|(l, _)| !newer(l.sequences, record.sequences))
                 {
                     latest = Some((record, offset));
                 }

@@ -7,7 +7,7 @@
 //! - `init_transactions` runs before the progress topic is read: the previous owner's open
 //!   transaction is aborted by then, so everything of ours up to the high watermark is decided.
 //! - The newer of the progress record and the offsets document wins by their sequences
-//!   ([`progress::newer`]); the offsets document is brought forward to a newer record before
+//!   ([`newer`]); the offsets document is brought forward to a newer record before
 //!   the stream opens, so everything after it reads one position.
 
 use std::time::Duration;
@@ -19,7 +19,7 @@ use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_m
 use crate::config::names::progress_topic;
 use crate::error::BridgeError;
 use crate::kafka::progress as topic;
-use crate::offsets::progress::{self, ProgressKey, Sequences};
+use crate::offsets::exactly_once::{ProgressKey, Sequences, newer};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 
 /// The sequences of `doc`.
@@ -92,7 +92,7 @@ pub(super) async fn reconcile(
                 reason,
             })?;
     match read {
-        Some((record, offset)) if progress::newer(record.sequences, sequences(&offsets)) => {
+        Some((record, offset)) if newer(record.sequences, sequences(&offsets)) => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,
                   "the progress topic is ahead of the offsets document (a stop between Kafka's \
                    commit and the offsets write): bringing the document forward");

@@ -192,7 +192,7 @@ mod tests {
         let lost = BridgeError::HistoryLost {
             pipeline: "p".into(),
             cluster_time: "1.1".into(),
-            source: Box::new(crate::error::command_error(286)),
+            source: Box::new(crate::error::tests::command_error(286)),
         };
         assert_eq!(
             decide(&lost, OnHistoryLost::Skip, &mut attempts),

@@ -35,7 +35,7 @@ use crate::error::BridgeError;
 use crate::event::TxnId;
 use crate::kafka::progress::PARTITION;
 use crate::observe::metrics::TransactionMetrics;
-use crate::offsets::progress::{self, ProgressKey, Sequences};
+use crate::offsets::exactly_once::{ProgressKey, Sequences, position_fields};
 
 /// How long before `transaction.timeout.ms` a Kafka transaction waiting for the end of a
 /// MongoDB transaction is aborted: room for the drain and the commit itself.
@@ -264,7 +264,7 @@ impl Relay {
             reset: t.sequences.reset,
             commit: t.sequences.commit + 1,
         };
-        let (fields, _) = progress::position_fields(
+        let (fields, _) = position_fields(
             self.delivered.stream.as_ref(),
             self.delivered.snapshot.as_deref(),
         )

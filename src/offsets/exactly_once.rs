@@ -16,7 +16,9 @@
 
 use bson::{Bson, DateTime, Document, doc};
 
+use super::store::OffsetsStore;
 use super::{OffsetsDoc, fields, snapshot};
+use crate::error::BridgeError;
 use crate::event::Position;
 use crate::snapshot::SnapshotState;
 
@@ -198,6 +200,32 @@ impl ProgressKey {
             sequences,
             epoch,
         }))
+    }
+}
+
+impl OffsetsStore {
+    /// Brings the document to `record`'s position, found at `offset` of the progress topic
+    /// (exactly-once: Kafka committed the transaction, the offsets write after it did not
+    /// happen), keeping our epoch and lease.
+    ///
+    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
+    pub async fn bring_forward(
+        &self,
+        epoch: i64,
+        record: &ProgressRecord,
+        offset: i64,
+    ) -> Result<(), BridgeError> {
+        let (mut set, unset) = record.forward_fields();
+        set.insert(fields::PROGRESS_OFFSET, offset);
+        set.insert(fields::DELIVERY, "exactly_once");
+        let mut update = doc! {
+            "$set": set,
+            "$max": { fields::COMMIT_SEQUENCE: record.sequences.commit },
+        };
+        if !unset.is_empty() {
+            update.insert("$unset", unset);
+        }
+        self.update(epoch, update).await
     }
 }
 

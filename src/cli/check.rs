@@ -19,12 +19,12 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::BridgeError;
 
+mod exactly_once;
 mod group;
 mod kafka;
 mod mongo;
 mod privileges;
 mod state;
-mod transactions;
 
 /// Bound of each network check.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);

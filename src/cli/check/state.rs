@@ -8,8 +8,8 @@ use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
 use crate::encode::topics;
 use crate::observe::history::OplogBounds;
-use crate::offsets::admin::OffsetsAdmin;
 use crate::offsets::identity::describe;
+use crate::offsets::operator::OffsetsAdmin;
 use crate::offsets::{OffsetsDoc, StreamIdentity};
 
 /// Collections of a database-scoped pipeline whose sizes are checked, at most.

@@ -11,7 +11,7 @@ use std::io::Write;
 
 use crate::config::{Config, PipelineConfig};
 use crate::error::BridgeError;
-use crate::offsets::admin::OffsetsAdmin;
+use crate::offsets::operator::OffsetsAdmin;
 use crate::snapshot::{Reason, Request};
 
 /// Stores the request of a snapshot of pipeline `name` (only `namespace`, `db.coll`, when
@@ -44,7 +44,7 @@ pub async fn run(
         namespace,
         requested_at: bson::DateTime::now(),
     };
-    let by = format!("operator@{}", crate::app::hostname());
+    let by = format!("operator@{}", crate::offsets::hostname());
     let stored = OffsetsAdmin::new(&client, &config.mongodb)
         .request_snapshot(name, &request, &by)
         .await;

@@ -70,7 +70,7 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
     if let Some(group) = &config.bridge.group_id {
         lines.extend(super::group::check(config, group, &cluster).await);
     }
-    lines.extend(super::transactions::check(config, &cluster, &admin).await);
+    lines.extend(super::exactly_once::check(config, &cluster, &admin).await);
     let producer_max = config
         .kafka
         .properties

@@ -5,8 +5,8 @@
 use super::{CHECK_TIMEOUT, CheckLine, line, warning};
 use crate::config::Config;
 use crate::config::names::control;
-use crate::group::slots::Slots;
 use crate::kafka::admin::ClusterInfo;
+use crate::offsets::group::Slots;
 
 /// The lines of group `group`: its settings, the slots of this configuration's pipelines,
 /// and the control topic's partitions against them.
