@@ -5,9 +5,9 @@
 //!   that stands for one change event in the relay's ordered window.
 //! - [`admin`]: metadata, topic configurations and topic creation (`check`, `[kafka.topic_creation]`).
 //! - [`context`]: the clients' librdkafka context: statistics as metrics, logs made actionable.
+//! - [`limits`]: what each topic accepts per record batch, against what the producer batches.
 //! - [`group`]: the group membership's consumer (`[bridge] group_id`) and its thread.
-//! - [`transactions`]: the Kafka transactions of an exactly-once pipeline's producer.
-//! - [`progress`]: the progress topic of exactly-once pipelines, and its startup read.
+//! - [`exactly_once`]: the transactional producer's calls, the progress topic's startup read.
 //!
 //! Every client takes its librdkafka configuration from `config/` (`config/kafka.rs`,
 //! `config/group.rs`, `config/exactly_once.rs`), the one place that names librdkafka's
@@ -24,11 +24,10 @@ use std::ops::Deref;
 pub(crate) mod admin;
 pub(crate) mod context;
 pub(crate) mod delivery;
+pub mod exactly_once;
 pub mod group;
 pub mod limits;
-pub mod progress;
 pub(crate) mod sink;
-pub(crate) mod transactions;
 
 /// A value whose drop blocks (a librdkafka client), dropped on the blocking pool when the last
 /// owner lets go inside a Tokio runtime, inline otherwise. Dereferences to the value.

@@ -26,7 +26,6 @@ pub mod reload;
 pub mod roster;
 pub mod snapshot;
 pub mod source;
-mod window;
 
 pub use app::Bridge;
 pub use config::Config;

@@ -48,7 +48,7 @@ impl KafkaSink {
     /// librdkafka statistics through `context` every
     /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
     ///
-    /// With `transactional_id`, the producer is transactional (see [`super::transactions`]).
+    /// With `transactional_id`, the producer is transactional (see [`super::exactly_once`]).
     /// With `batch_size`, its `batch.size` is that many bytes, whatever `[kafka.properties]`
     /// says (a topic's limit, see [`super::limits`]).
     ///

@@ -18,7 +18,7 @@ use super::PipelineContext;
 use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_ms};
 use crate::config::names::progress_topic;
 use crate::error::BridgeError;
-use crate::kafka::progress as topic;
+use crate::kafka::exactly_once::read_latest;
 use crate::offsets::exactly_once::{ProgressKey, Sequences, newer};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 
@@ -83,14 +83,13 @@ pub(super) async fn reconcile(
         .map_err(|e| failed("progress_topic", e))?;
     let kafka = ctx.config.kafka.clone();
     let owner = progress_key(ctx, &offsets)?;
-    let read =
-        tokio::task::spawn_blocking(move || topic::read_latest(&kafka, &name, &owner, timeout))
-            .await
-            .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
-            .map_err(|reason| BridgeError::Progress {
-                pipeline: p.name.clone(),
-                reason,
-            })?;
+    let read = tokio::task::spawn_blocking(move || read_latest(&kafka, &name, &owner, timeout))
+        .await
+        .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
+        .map_err(|reason| BridgeError::Progress {
+            pipeline: p.name.clone(),
+            reason,
+        })?;
     match read {
         Some((record, offset)) if newer(record.sequences, sequences(&offsets)) => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,

@@ -39,7 +39,7 @@ use crate::event::{Position, Safe, format_timestamp, timestamp_now};
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
 use crate::kafka::limits::TopicLimits;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
-use crate::relay::transaction::{TransactionSettings, Transactions};
+use crate::relay::exactly_once::{TransactionSettings, Transactions};
 use crate::relay::{Limits, Relay};
 use crate::snapshot::{Reason, Request};
 use crate::source::copying::{Copier, Job};

@@ -13,7 +13,8 @@ use bson::{RawDocument, Timestamp};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{Kind, Mark, Pending, Relay};
+use super::enqueue::{Kind, Pending};
+use super::{Mark, Relay};
 use crate::error::BridgeError;
 use crate::kafka::delivery::{Delivery, EventDeliveries};
 use crate::snapshot::{CopyTarget, Marker, SharedState};

@@ -1,7 +1,32 @@
-//! The relay's Kafka transactions (`delivery = "exactly_once"`): when one begins, where it may
-//! and when it must end, and the commit — every record delivered, then the progress record,
-//! then `commit_transaction` — after which, and only after which, the state is published for
-//! the checkpointer.
+//! Exactly once (`delivery = "exactly_once"`): the design, and the relay's Kafka transactions.
+//!
+//! ```text
+//!  source ─▶ relay ── begin ─▶ records ─▶ (drain) ─▶ progress record ─▶ commit_transaction ─┐
+//!                                                         (one Kafka transaction)          │
+//!            checkpointer ◀── publish the state (commit sequence, progress offset) ◀───────┘
+//!            offsets document ◀── the same position and commit sequence
+//! ```
+//!
+//! The relay's safe position means "transaction committed", not "record delivered". It opens
+//! a Kafka transaction before the first records after a commit and counts events in it; it
+//! ends it only at a boundary (below), once `commit_interval_ms` passed or
+//! `max_transaction_events` were taken. The commit drains the window (every record of the
+//! transaction delivered), enqueues the progress record of the delivered prefix's state with
+//! the next commit sequence, calls `commit_transaction`, and only then publishes the state
+//! (with that sequence and the progress record's offset) for the checkpointer. At the start of
+//! a run (`pipeline/exactly_once.rs`), after `init_transactions` fenced the old producer and
+//! aborted its transaction, the newest committed progress record is the latest position Kafka
+//! made visible; if it is newer than the offsets document (by `(resetSequence,
+//! commitSequence)`), Kafka committed a transaction whose offsets write never happened, and the
+//! document is brought forward before the stream opens.
+//!
+//! The pieces, one file name in every layer: `config/exactly_once.rs` (the rules, the
+//! `transactional.id`, the progress topic's and reader's librdkafka configuration),
+//! `offsets/exactly_once.rs` (the progress record's shape, which position is newer, bringing
+//! the document forward), `kafka/exactly_once.rs` (the transactional producer's calls, the
+//! progress topic's startup read), this file (the transactions), `pipeline/exactly_once.rs`
+//! (the start of a run), `observe/metrics/exactly_once.rs` (the series) and
+//! `cli/check/exactly_once.rs` (the preflight).
 //!
 //! WARNING: this code decides what becomes visible to `read_committed` consumers together.
 //!
@@ -33,7 +58,7 @@ use super::Relay;
 use crate::encode::record::Record;
 use crate::error::BridgeError;
 use crate::event::TxnId;
-use crate::kafka::progress::PARTITION;
+use crate::kafka::exactly_once::PARTITION;
 use crate::observe::metrics::TransactionMetrics;
 use crate::offsets::exactly_once::{ProgressKey, Sequences, position_fields};
 
@@ -366,102 +391,4 @@ impl Relay {
 }
 
 #[cfg(test)]
-mod tests {
-    use bson::rawdoc;
-
-    use super::*;
-
-    fn transactions(max_events: usize, interval: Duration, timeout: Duration) -> Transactions {
-        let settings = TransactionSettings {
-            progress_topic: "__mongo_kafka_bridge.o.progress".into(),
-            owner: ProgressKey {
-                pipeline: "p".into(),
-                topic_prefix: String::new(),
-                stream_uid: "u".into(),
-            },
-            epoch: 1,
-            sequences: Sequences {
-                reset: 0,
-                commit: 7,
-            },
-            progress_offset: Some(3),
-            max_events,
-            interval,
-            transaction_timeout: timeout,
-        };
-        Transactions::new(
-            settings,
-            crate::observe::metrics::Metrics::new().transactions("p"),
-        )
-    }
-
-    fn mongo(txn_number: i64) -> TxnId {
-        TxnId {
-            lsid: rawdoc! { "id": 1 },
-            txn_number,
-        }
-    }
-
-    fn open(t: &mut Transactions, events: usize, since: Instant, mongo: Option<TxnId>) {
-        t.open = Some(Open {
-            since,
-            events,
-            records: events,
-            txn: mongo,
-        });
-    }
-
-    #[test]
-    fn a_transaction_never_ends_inside_a_mongodb_transaction() {
-        let mut t = transactions(2, Duration::from_secs(60), Duration::from_secs(60));
-        assert!(!t.due(), "nothing is open");
-        // GIVEN a due transaction whose last event belongs to MongoDB transaction 5
-        open(&mut t, 2, Instant::now(), Some(mongo(5)));
-        assert!(t.due());
-        // THEN it may not end before another event of 5, but before one of 6 or of none
-        assert!(!t.may_end_before(Some(&mongo(5))));
-        assert!(t.may_end_before(Some(&mongo(6))));
-        assert!(t.may_end_before(None));
-        // AND after an event outside any MongoDB transaction it may end before anything
-        open(&mut t, 2, Instant::now(), None);
-        assert!(t.may_end_before(Some(&mongo(5))));
-    }
-
-    #[test]
-    fn a_transaction_is_due_by_events_or_by_time() {
-        let mut t = transactions(10, Duration::from_millis(200), Duration::from_secs(60));
-        open(&mut t, 9, Instant::now(), None);
-        assert!(!t.due(), "9 of 10 events, just opened");
-        open(&mut t, 10, Instant::now(), None);
-        assert!(t.due(), "10 events");
-        let past = Instant::now() - Duration::from_millis(250);
-        open(&mut t, 1, past, None);
-        assert!(t.due(), "older than the commit interval");
-    }
-
-    #[test]
-    fn a_mongodb_transaction_open_near_the_timeout_names_itself() {
-        let mut t = transactions(10, Duration::from_millis(200), Duration::from_secs(20));
-        let old = Instant::now() - Duration::from_secs(16);
-        // GIVEN a Kafka transaction 16 s old, 5 s margin under a 20 s timeout
-        open(&mut t, 3, old, None);
-        assert!(
-            t.too_long("p").is_none(),
-            "no MongoDB transaction holds it open"
-        );
-        open(&mut t, 3, old, Some(mongo(42)));
-        let error = t.too_long("p").expect("too long");
-        let text = error.to_string();
-        assert!(text.contains("txnNumber 42"), "{text}");
-        assert!(text.contains(r#"lsid {"id":1}"#), "{text}");
-        assert!(text.contains("transaction.timeout.ms"), "{text}");
-        assert!(matches!(
-            error,
-            BridgeError::TransactionTooLong {
-                events: 3,
-                limit_ms: 15_000,
-                ..
-            }
-        ));
-    }
-}
+mod tests;

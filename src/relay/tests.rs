@@ -3,11 +3,13 @@
 //! nothing can be delivered.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use bson::{RawDocumentBuf, Timestamp, rawdoc};
 
 use super::*;
 use crate::config::{Config, KafkaConfig, PropertyValue};
+use crate::encode::record::Record;
 use crate::kafka::context::KafkaContext;
 use crate::observe::health::PipelineHealth;
 use crate::observe::metrics::Metrics;

@@ -135,5 +135,4 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
 }
 
 #[cfg(test)]
-#[path = "window_tests.rs"]
 mod tests;

@@ -1,11 +1,21 @@
-//! The progress topic of `delivery = "exactly_once"`: where each Kafka transaction writes its
-//! position ([`crate::offsets::exactly_once`] has the record's shape), and the startup read of the
-//! newest committed one.
+//! Exactly-once's Kafka side (`delivery = "exactly_once"`, KIP-98; librdkafka
+//! `INTRODUCTION.md` "Transactional Producer"): the transactional producer's calls, and the
+//! progress topic where each Kafka transaction writes its position
+//! ([`crate::offsets::exactly_once`] has the record's shape), with the startup read of the
+//! newest committed one. The design is in `relay/exactly_once.rs`.
 //!
 //! Invariants:
-//! - The topic is `__mongo_kafka_bridge.<offsets_database>.progress`, compacted, and every
-//!   record goes to partition 0 (pipelines of one deployment share it; records are told apart
-//!   by key), so one partition holds a pipeline's whole history in order.
+//! - The producer's `transactional.id` is stable per pipeline
+//!   ([`Config::transactional_id`](crate::config::Config::transactional_id)):
+//!   `init_transactions` on a new producer fences every earlier one of the same id and aborts
+//!   its open transaction, so a crashed or paused owner's records never become visible.
+//! - `init_transactions`, commit and abort block (they wait for the coordinator): they run on
+//!   the blocking pool, never on a runtime thread. `begin_transaction` is local.
+//! - A producer whose transaction failed is never reused: the pipeline builds a new one,
+//!   whose `init_transactions` aborts what the old one left open.
+//! - The progress topic is `__mongo_kafka_bridge.<offsets_database>.progress`, compacted, and
+//!   every record goes to partition 0 (pipelines of one deployment share it; records are told
+//!   apart by key), so one partition holds a pipeline's whole history in order.
 //! - The startup read runs after `init_transactions` (our earlier transaction is then aborted)
 //!   with `isolation.level = read_committed`, from the partition's beginning (its low
 //!   watermark) up to the high watermark taken before the read. From the beginning, because its
@@ -14,20 +24,84 @@
 //!   hides every later committed record of a producer from a fresh consumer that starts after
 //!   one of its aborts), would make a later offset miss the newest record and repeat a
 //!   committed transaction. The bridge creates the topic compacted with `segment.ms` =
-//!   [`SEGMENT_MS`], so on Kafka the read covers one record per pipeline plus at most that
-//!   long of newer ones. Another pipeline's open transaction holds the read at the last stable
-//!   offset until it ends (at most `transaction.timeout.ms`).
+//!   [`SEGMENT_MS`](crate::config::exactly_once::SEGMENT_MS), so on Kafka the read covers one
+//!   record per pipeline plus at most that long of newer ones. Another pipeline's open
+//!   transaction holds the read at the last stable offset until it ends (at most
+//!   `transaction.timeout.ms`).
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::sink::KafkaSink;
 use crate::config::KafkaConfig;
 use crate::config::exactly_once::progress_reader_config;
 use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, newer};
+
+impl KafkaSink {
+    /// Whether the producer is transactional.
+    pub fn is_transactional(&self) -> bool {
+        self.transactional_id.is_some()
+    }
+
+    /// `transactional.id` of a transactional producer.
+    pub fn transactional_id(&self) -> Option<&str> {
+        self.transactional_id.as_deref()
+    }
+
+    /// Registers the `transactional.id` with its coordinator (fencing earlier producers of the
+    /// id, aborting their open transaction), once per producer: later calls return at once.
+    /// Waits up to `timeout`.
+    ///
+    /// Errors: librdkafka's, e.g. a timeout when no coordinator answers (retriable), or
+    /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`.
+    pub async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
+        if self.initialized.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
+            .await
+            .unwrap_or_else(|_| Err(KafkaError::Canceled))?;
+        self.initialized.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Begins a transaction (local: no request is made until a record is produced).
+    ///
+    /// Errors: librdkafka's state errors (a transaction already open, a fatal error).
+    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
+        self.producer.begin_transaction()
+    }
+
+    /// Flushes and commits the open transaction, waiting up to `timeout`.
+    ///
+    /// Errors: librdkafka's; a failed commit leaves the transaction to abort.
+    pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || producer.commit_transaction(timeout))
+            .await
+            .unwrap_or_else(|_| Err(KafkaError::Canceled))
+    }
+
+    /// Aborts the open transaction (its records stay invisible to `read_committed` consumers),
+    /// waiting up to `timeout`.
+    ///
+    /// Errors: librdkafka's (e.g. a fenced producer cannot abort; the next producer's
+    /// `init_transactions` does it then).
+    pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        let producer = Arc::clone(&self.producer);
+        tokio::task::spawn_blocking(move || producer.abort_transaction(timeout))
+            .await
+            .unwrap_or_else(|_| Err(KafkaError::Canceled))
+    }
+}
 
 /// The partition every progress record goes to.
 pub const PARTITION: i32 = 0;
