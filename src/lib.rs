@@ -14,7 +14,6 @@ pub mod encode;
 pub mod error;
 mod event;
 pub mod extjson;
-mod gap;
 pub mod group;
 pub mod kafka;
 mod mongo;

@@ -1,5 +1,6 @@
-//! What a pipeline does after a run failed: the one function that turns an error into the next
-//! step ([`decide`]), and how long a restart waits ([`backoff`]).
+//! What a pipeline does after a run failed: what the error means for the operator
+//! ([`explain`]), the one function that turns an error into the next step ([`decide`]), and how
+//! long a restart waits ([`backoff`]).
 //!
 //! Invariants:
 //! - An outage ([`ErrorClass::Transient`]) is retried for as long as it lasts: an outage must
@@ -15,8 +16,12 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use tracing::warn;
+
+use super::context::PipelineContext;
 use crate::config::OnHistoryLost;
 use crate::error::{BridgeError, ErrorClass};
+use crate::offsets::OffsetsStore;
 
 /// The next step of a pipeline whose run ended with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +98,74 @@ pub fn decide(
             }
         }
         ErrorClass::Fatal => Action::Stop,
+    }
+}
+
+/// `error` with what the operator needs to know: a lost history names the position committed
+/// last (history can be lost mid-run, after the run committed more than it started from); a
+/// server-selection failure becomes the replica-set name mismatch behind it, if that is the
+/// cause.
+pub(super) async fn explain(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: Option<i64>,
+    error: BridgeError,
+) -> BridgeError {
+    match error {
+        BridgeError::HistoryLost {
+            pipeline,
+            cluster_time,
+            source,
+        } => {
+            let committed = match epoch {
+                Some(epoch) => store.load(epoch).await.ok(),
+                None => None,
+            };
+            let cluster_time = committed
+                .and_then(|o| o.cluster_time.or(o.position_time))
+                .map_or(cluster_time, crate::event::format_timestamp);
+            BridgeError::HistoryLost {
+                pipeline,
+                cluster_time,
+                source,
+            }
+        }
+        BridgeError::Source { ref source, .. } | BridgeError::Checkpoint { ref source, .. }
+            if crate::error::is_server_selection(source) =>
+        {
+            crate::mongo::replica_set_mismatch(&ctx.config)
+                .await
+                .unwrap_or(error)
+        }
+        error if error.is_producer_fenced() => coordinator_or_owner(store, epoch, error).await,
+        other => other,
+    }
+}
+
+/// A fenced transactional producer: another instance took the pipeline (a newer epoch in the
+/// offsets document: [`BridgeError::Fenced`]), or the transaction coordinator timed our
+/// transaction out and bumped the producer epoch (KAFKA-6119, librdkafka#3297), which is
+/// transient: the restart builds a new producer. Stays `error` when the document cannot be
+/// read (transient either way).
+async fn coordinator_or_owner(
+    store: &OffsetsStore,
+    epoch: Option<i64>,
+    error: BridgeError,
+) -> BridgeError {
+    let Some(held) = epoch else { return error };
+    match store.read().await {
+        Ok(Some(doc)) if doc.epoch != Some(held) => BridgeError::Fenced {
+            pipeline: store.pipeline().to_owned(),
+            epoch: held,
+        },
+        Ok(_) => {
+            warn!(pipeline = %store.pipeline(), epoch = held,
+                  "the Kafka transaction coordinator fenced our producer while the offsets \
+                   document still names us the owner: a transaction timed out \
+                   (transaction.timeout.ms); restarting with a new producer");
+            error
+        }
+        Err(_) => error,
     }
 }
 

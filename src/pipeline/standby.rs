@@ -13,7 +13,7 @@ use bson::DateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::cancellable;
+use super::stage::cancellable;
 use crate::error::{BridgeError, report};
 use crate::observe::health::PipelineHealth;
 use crate::offsets::OffsetsStore;

@@ -22,6 +22,7 @@ use std::time::Duration;
 use bson::{RawBson, RawDocumentBuf, Timestamp, rawdoc};
 use tracing::error;
 
+use super::context::PipelineContext;
 use crate::config::PipelineConfig;
 use crate::encode::topics;
 use crate::encode::{Record, format_header, own_document};
@@ -93,6 +94,36 @@ impl Skip<'_> {
         );
         Ok(())
     }
+}
+
+/// The history-loss policy `skip` through the pipeline's own producer.
+pub(super) async fn skip(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+    lost: &BridgeError,
+) -> Result<(), BridgeError> {
+    let to = crate::mongo::cluster_time(&ctx.client)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(crate::event::timestamp_now);
+    let skip = Skip {
+        pipeline: &ctx.pipeline,
+        prefix: &ctx.config.kafka.topic_prefix,
+        sink: &ctx.sink,
+        metrics: &ctx.metrics,
+        store,
+        epoch,
+        resync: (ctx.pipeline.on_history_lost == crate::config::OnHistoryLost::Snapshot).then(
+            || crate::snapshot::Request {
+                reason: crate::snapshot::Reason::HistoryLost,
+                namespace: None,
+                requested_at: bson::DateTime::now(),
+            },
+        ),
+    };
+    skip.run(to, lost).await
 }
 
 /// The marker document of `pipeline`, skipping from `from` to `to` because of `reason`.
