@@ -6,7 +6,6 @@
 //! ([`encode`], `kafka`, `window`) → `checkpoint` ([`offsets`] document), supervised by
 //! `pipeline` and [`app`], with every failure decided by `pipeline/policy.rs`.
 
-pub mod app;
 mod checkpoint;
 pub mod cli;
 pub mod config;
@@ -14,18 +13,16 @@ pub mod encode;
 pub mod error;
 mod event;
 pub mod extjson;
-pub mod group;
 pub mod kafka;
 mod mongo;
 pub mod observe;
 pub mod offsets;
 mod pipeline;
 mod relay;
-pub mod reload;
-pub mod roster;
 pub mod snapshot;
 pub mod source;
+pub mod supervisor;
 
-pub use app::Bridge;
 pub use config::Config;
 pub use error::BridgeError;
+pub use supervisor::app::Bridge;

@@ -11,12 +11,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use mongo_kafka_bridge::Config;
 use mongo_kafka_bridge::cli::check;
 use mongo_kafka_bridge::cli::offsets::{self as offsets_cli, OffsetsCommand, ResetTo};
 use mongo_kafka_bridge::error::{BridgeError, report};
 use mongo_kafka_bridge::observe::status::{self, Status};
 use mongo_kafka_bridge::observe::telemetry::{self, LogFormat};
-use mongo_kafka_bridge::{Config, app};
+use mongo_kafka_bridge::supervisor::app;
 
 /// MongoDB change streams → Kafka, keyed by documentKey; resume tokens committed only after
 /// Kafka acknowledged every event up to them.
@@ -226,7 +227,7 @@ async fn run(
 
 /// Applies the configuration file's `[[pipelines]]` changes on every SIGHUP until `stop`.
 fn reload_on_sighup(
-    reloader: std::sync::Arc<mongo_kafka_bridge::reload::Reloader>,
+    reloader: std::sync::Arc<mongo_kafka_bridge::supervisor::reload::Reloader>,
     path: std::path::PathBuf,
     stop: tokio_util::sync::CancellationToken,
 ) {

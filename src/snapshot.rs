@@ -9,6 +9,14 @@
 //!  checkpointer: the delivered prefix's SnapshotState (last _id per namespace) ─▶ offsets
 //! ```
 //!
+//! The pieces, one file name in every layer: this room (the shared types; [`plan`]: which
+//! namespaces; [`copy`]: one namespace's copy bracket by bracket; [`sequence`]: the order of
+//! stream and copy items, and its proof; [`key`]: a copied document's `documentKey`),
+//! `config/snapshot.rs` (the rules), `source/snapshot.rs` and `source/copying.rs` (the source
+//! task that streams and copies), `encode/snapshot.rs` (copied documents' and markers' records),
+//! `relay/snapshot.rs` (their window entries), `offsets/snapshot.rs` (the document's fields),
+//! `observe/metrics/snapshot.rs` (the series) and `cli/snapshot.rs` (the `snapshot` command).
+//!
 //! Invariants:
 //! - One task reads the stream and the copies; the order in which their items enter the
 //!   window is the one [`sequence`] proves correct: the last record of every key is the

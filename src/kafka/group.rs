@@ -1,7 +1,7 @@
 //! Group membership: one Kafka consumer per process, in the group `[bridge] group_id`,
 //! subscribed to the group's control topic, whose partitions stand for pipelines (slots). The
 //! group coordinator decides which member owns which slot; this module only reports the
-//! changes ([`Change`]) to the supervisor ([`crate::group`]). The control topic carries no
+//! changes ([`Change`]) to the supervisor ([`crate::supervisor::group`]). The control topic carries no
 //! records; the consumer never commits offsets.
 //!
 //! Invariants:

@@ -8,7 +8,7 @@
 //! - A fatal error in one pipeline cancels the others, which drain, flush, commit their safe
 //!   positions and release their leases before the process exits non-zero.
 //! - With `[bridge] group_id`, the pipelines run where the group assigns them
-//!   ([`crate::group`]); without, every pipeline runs here (standing by while another instance
+//!   ([`crate::supervisor::group`]); without, every pipeline runs here (standing by while another instance
 //!   owns it).
 //! - A pipeline task that panics is an error ([`BridgeError::TaskPanicked`]), never a clean stop.
 //! - Shutdown (the `shutdown` future, or [`Bridge::shutdown`]) marks the process not ready first,
@@ -29,8 +29,8 @@ use crate::kafka::admin::KafkaAdmin;
 use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
 use crate::pipeline::{self, Ended, PipelineContext};
-use crate::reload::{Reload, Reloader};
-use crate::roster::Roster;
+use crate::supervisor::reload::{Reload, Reloader};
+use crate::supervisor::roster::Roster;
 
 /// A running bridge.
 pub struct Bridge {
@@ -118,7 +118,8 @@ impl Bridge {
             tokio::spawn(async move {
                 let result = if grouped {
                     let group_metrics = metrics.group.clone();
-                    crate::group::run(contexts, health, group_metrics, cancel, reloads).await
+                    crate::supervisor::group::run(contexts, health, group_metrics, cancel, reloads)
+                        .await
                 } else {
                     supervise(contexts, &metrics, &health, cancel, reloads).await
                 };

@@ -1,9 +1,17 @@
 //! Many replicas, one owner per pipeline: with `[bridge] group_id`, the pipelines of this
 //! process run where Kafka's consumer-group protocol assigns them. Every member joins the group
 //! on the group's control topic ([`crate::kafka::group`]); partition *n* of that topic stands
-//! for the pipeline whose slot is *n* ([`crate::offsets::group`]); this supervisor starts a pipeline when its
-//! slot is assigned here and stops it (drain, flush, final commit, lease released) when the
+//! for the pipeline whose slot is *n* ([`crate::offsets::group`]); this supervisor starts a
+//! pipeline when its slot is assigned here and stops it (drain, flush, final commit, lease released) when the
 //! slot is revoked.
+//!
+//! The pieces, one file name in every layer: `config/group.rs` (the rules and the consumer's
+//! librdkafka configuration), `offsets/group.rs` (the slots, stored beside the offsets),
+//! `kafka/group.rs` (the member's consumer and its thread), this file (the member's
+//! supervisor) with `group/setup.rs` (slots and control topic before joining),
+//! `observe/metrics/group.rs` (the series) and `cli/check/group.rs` (the preflight). Why one
+//! pipeline never runs on two replicas at once is argued in `docs/ARCHITECTURE.md`, "Many
+//! replicas".
 //!
 //! Invariants:
 //! - A pipeline is taken only on assignment: its run takes the offsets (epoch + 1, which fences
@@ -11,14 +19,14 @@
 //!   stops it without a standby take-over ([`crate::pipeline`]): a released lease must not let
 //!   a fenced member take a pipeline the group gave to a third.
 //! - A revocation is answered only once the revoked pipelines stopped, or after
-//!   `shutdown_timeout_ms` plus [`crate::roster::STOP_GRACE`], so the coordinator hands a slot on only after
-//!   its pipeline here drained and released its lease.
+//!   `shutdown_timeout_ms` plus [`crate::supervisor::roster::STOP_GRACE`], so the coordinator
+//!   hands a slot on only after its pipeline here drained and released its lease.
 //! - A slot this member's configuration does not know (a newer configuration allocated it) is
 //!   not run, and makes the member not ready with the reason until the configurations agree.
 //! - A pipeline whose stream identity differs from its offsets' is refused (not ready; no
 //!   epoch bump) and stays stopped until assigned again.
-//! - A reload ([`crate::reload`]) that adds pipelines allocates their slots and extends the
-//!   control topic first; the group leader notices the new partitions at its next metadata
+//! - A reload ([`crate::supervisor::reload`]) that adds pipelines allocates their slots and
+//!   extends the control topic first; the group leader notices the new partitions at its next metadata
 //!   refresh (`topic.metadata.refresh.interval.ms`, 10 s by default here) and rebalances.
 //!   Removed pipelines stop here; their slots, still assigned, make the member not ready until
 //!   `offsets reset NAME --delete` retires them.
@@ -37,8 +45,8 @@ use crate::kafka::group::{Change, Member};
 use crate::observe::health::Health;
 use crate::observe::metrics::GroupMetrics;
 use crate::pipeline::{Ended, PipelineContext};
-use crate::reload::Reload;
-use crate::roster::{Roster, STOP_GRACE};
+use crate::supervisor::reload::Reload;
+use crate::supervisor::roster::{Roster, STOP_GRACE};
 
 mod setup;
 

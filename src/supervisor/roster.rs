@@ -1,6 +1,6 @@
 //! The pipelines this process runs right now, as tasks: started, stopped (drain, flush, final
 //! commit, lease released) and joined by name. Both supervisors use it: the single-owner one
-//! ([`crate::app`]) and the group member ([`crate::group`]); a reload ([`crate::reload`]) adds,
+//! ([`crate::supervisor::app`]) and the group member ([`crate::supervisor::group`]); a reload ([`crate::supervisor::reload`]) adds,
 //! removes and restarts entries at runtime.
 //!
 //! Invariants:
