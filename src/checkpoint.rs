@@ -24,13 +24,13 @@ use crate::offsets::OffsetsStore;
 use crate::snapshot::{Request, SharedState};
 
 /// How often the offsets document is read for a snapshot request.
-pub const REQUEST_POLL: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_POLL: Duration = Duration::from_secs(5);
 
 /// Writes `safe` states of epoch `epoch` every `interval`, and feeds `requests`; returns once
 /// the relay closed the channel and the final commit succeeded.
 ///
 /// Errors: the first failed write ([`BridgeError::Fenced`] when another instance took over).
-pub async fn run(
+pub(crate) async fn run(
     store: OffsetsStore,
     epoch: i64,
     mut safe: watch::Receiver<Safe>,

@@ -4,8 +4,8 @@
 //! - `load.rs`: the file and the environment overrides;
 //! - `validate.rs`: every rule, and the warnings; `snapshot.rs`, `group.rs` and
 //!   `exactly_once.rs`: the rules (and settings) of those features;
-//! - [`kafka`]: what the bridge knows of librdkafka's properties (the one place that names
-//!   them, with [`group`] and [`exactly_once`]);
+//! - `kafka`: what the bridge knows of librdkafka's properties (the one place that names
+//!   them, with `group` and `exactly_once`);
 //! - [`names`]: the names of the bridge's own topics and collections;
 //! - `pipelines.rs`: `[[pipelines]]`; `values.rs`: the value types.
 //!
@@ -21,9 +21,9 @@ use std::fmt;
 
 use serde::Deserialize;
 
-pub mod exactly_once;
-pub mod group;
-pub mod kafka;
+pub(crate) mod exactly_once;
+pub(crate) mod group;
+pub(crate) mod kafka;
 mod load;
 pub mod names;
 mod pipelines;
@@ -216,7 +216,7 @@ pub struct MetricsConfig {
     pub listen: String,
     /// How often the oplog's oldest and newest entry times are read for the history headroom
     /// metrics (ms); 0 = never (the series are then absent). Default 15000. Each sample is two
-    /// one-document `find`s on `local.oplog.rs` (see [`crate::observe::history`]).
+    /// one-document `find`s on `local.oplog.rs` (see `crate::observe::history`).
     pub history_interval_ms: u64,
 }
 

@@ -1,6 +1,6 @@
-//! Stage 2, the encoder: change event → Kafka records: topic ([`topics`]), key and value in
-//! each `format` (`format.rs`), headers ([`headers`]), the dead-letter stubs that stand for
-//! what cannot be written ([`dead_letter`]), and a snapshot's records (`snapshot.rs`). Pure, no
+//! Stage 2, the encoder: change event → Kafka records: topic (`topics`), key and value in
+//! each `format` (`format.rs`), headers (`headers`), the dead-letter stubs that stand for
+//! what cannot be written (`dead_letter`), and a snapshot's records (`snapshot.rs`). Pure, no
 //! I/O.
 //!
 //! The record format is a public contract (README, "Record format"):
@@ -16,7 +16,7 @@
 //! - **Tombstone**: with `tombstones = true` and `value = "change_event"`, a delete yields a second
 //!   record with the same key and a null value. In `document` mode the delete record *is* the
 //!   tombstone. The relay commits an event only once all of its records are delivered.
-//! - **Headers**: see [`headers`]; `mongo.format` names each value's encoding.
+//! - **Headers**: see `headers`; `mongo.format` names each value's encoding.
 //! - **What JSON cannot carry** (an ambiguous document, invalid UTF-8; see `extjson`) is never
 //!   written as JSON: `on_ambiguous` stops the pipeline (`fail`), replaces the event's records by
 //!   a dead-letter stub (`dead_letter`), or writes that one event as BSON (`bson`).
@@ -31,17 +31,17 @@ use crate::error::encode::{EncodeError, Unrepresentable};
 use crate::event::ChangeEventView;
 use crate::extjson::{JsonMode, Utf8};
 
-pub mod dead_letter;
+pub(crate) mod dead_letter;
 mod format;
-pub mod headers;
+pub(crate) mod headers;
 pub(crate) mod record;
 mod snapshot;
-pub mod topics;
+pub(crate) mod topics;
 
 use dead_letter::Refused;
 pub(crate) use format::lossy_json;
 use format::{Failed, key_bytes, key_document, value_bytes};
-pub use headers::{HEADER_NAMES, format_header, header_name, operation_type};
+pub(crate) use headers::{format_header, header_name, operation_type};
 pub use record::Record;
 
 /// The records of one change event plus what the relay needs to know about it.
@@ -60,7 +60,7 @@ pub struct EncodedEvent {
     /// Set when `on_ambiguous` diverted the event: its records are a stub or BSON.
     pub diverted: Option<Diversion>,
     /// The MongoDB transaction the event belongs to (`lsid` and `txnNumber`), if any.
-    pub txn: Option<crate::event::TxnId>,
+    pub(crate) txn: Option<crate::event::TxnId>,
 }
 
 /// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,

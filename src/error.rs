@@ -25,12 +25,12 @@ pub mod encode;
 mod report;
 pub mod split;
 
-pub use classify::{
-    CODE_CHANGE_STREAM_FATAL, CODE_DUPLICATE_KEY, CODE_HISTORY_LOST, CODE_UNAUTHORIZED,
-    CODE_UNKNOWN_STAGE, classify_kafka, classify_mongo, is_auth_failure, is_history_lost,
+pub(crate) use classify::{
+    CODE_DUPLICATE_KEY, CODE_UNAUTHORIZED, CODE_UNKNOWN_STAGE, is_auth_failure, is_history_lost,
     is_oversize, is_server_selection, mongo_code,
 };
-pub use report::{describe_mongo, redact, report};
+pub(crate) use report::describe_mongo;
+pub use report::{redact, report};
 
 /// What a failure calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,7 +330,7 @@ pub enum BridgeError {
     },
     /// A topic accepts smaller record batches than the producer builds: its records would be
     /// refused as too large although each fits. The pipeline rebuilds its producer with
-    /// `batch.size` = the topic's limit and runs again ([`crate::kafka::limits`]).
+    /// `batch.size` = the topic's limit and runs again (`crate::kafka::limits`).
     #[error(
         "pipeline {pipeline:?}: topic {topic:?} accepts record batches of at most {topic_limit} \
          bytes (its max.message.bytes), below the producer's {batch_bytes} (batch.size, \
@@ -349,7 +349,7 @@ pub enum BridgeError {
     },
     /// The broker refused a record as too large inside a Kafka transaction (exactly-once), which
     /// then can only abort. The run ends; the next one stubs records of that size for the topic
-    /// at enqueue ([`crate::kafka::limits::Learned`]).
+    /// at enqueue (`crate::kafka::limits::Learned`).
     #[error(
         "pipeline {pipeline:?}: the broker refused a record of {size} bytes for topic {topic:?} \
          as too large inside a Kafka transaction, which can then only abort: it was aborted and \

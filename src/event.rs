@@ -14,7 +14,7 @@ use crate::snapshot::{CopyTarget, Marker, SharedState};
 
 /// A resumable position of a change stream: what the offsets document stores.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Position {
+pub(crate) struct Position {
     /// The resume token document, as the server sent it.
     pub token: RawDocumentBuf,
     /// `clusterTime` of the last event at or before this position, if any event was seen.
@@ -30,7 +30,7 @@ pub struct Position {
 
 /// What the source task hands to the relay.
 #[derive(Debug)]
-pub enum SourceItem {
+pub(crate) enum SourceItem {
     /// One change event, raw.
     Event {
         /// The event document as the server sent it.
@@ -85,7 +85,7 @@ pub enum SourceItem {
 /// MongoDB transaction are contiguous in the change stream and share both. (In the code,
 /// "transaction" is Kafka's; MongoDB's is a "txn", after the event's `txnNumber`.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct TxnId {
+pub(crate) struct TxnId {
     /// `lsid`, as the server sent it.
     pub lsid: RawDocumentBuf,
     /// `txnNumber`.
@@ -94,7 +94,7 @@ pub struct TxnId {
 
 impl TxnId {
     /// The transaction of `view`, when it has both `lsid` and `txnNumber`.
-    pub fn of(view: &ChangeEventView<'_>) -> Option<Self> {
+    pub(crate) fn of(view: &ChangeEventView<'_>) -> Option<Self> {
         Some(Self {
             lsid: view.lsid?.to_raw_document_buf(),
             txn_number: view.txn_number?,
@@ -102,7 +102,7 @@ impl TxnId {
     }
 
     /// `lsid` as relaxed Extended JSON, for error messages.
-    pub fn lsid_text(&self) -> String {
+    pub(crate) fn lsid_text(&self) -> String {
         self.lsid
             .to_document()
             .map(|d| bson::Bson::Document(d).into_relaxed_extjson().to_string())
@@ -113,7 +113,7 @@ impl TxnId {
 /// What the relay publishes for the checkpointer: the delivered prefix's stream position and
 /// snapshot state, each the latest one in that prefix.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Safe {
+pub(crate) struct Safe {
     /// The change stream's position.
     pub stream: Option<Position>,
     /// The running snapshot's state.
@@ -126,7 +126,7 @@ pub struct Safe {
 /// The fields of a change event the bridge reads, borrowed from the raw document.
 /// Field reference: <https://www.mongodb.com/docs/manual/reference/change-events/>.
 #[derive(Debug, Default)]
-pub struct ChangeEventView<'a> {
+pub(crate) struct ChangeEventView<'a> {
     /// `_id`: the event's resume token.
     pub token: Option<&'a RawDocument>,
     /// `operationType`, e.g. `insert`.
@@ -152,7 +152,7 @@ pub struct ChangeEventView<'a> {
 impl<'a> ChangeEventView<'a> {
     /// Reads the fields of `raw`; unknown and malformed fields are left unset, except that a
     /// document that cannot be iterated is an error (malformed BSON).
-    pub fn parse(raw: &'a RawDocument) -> Result<Self, bson::raw::Error> {
+    pub(crate) fn parse(raw: &'a RawDocument) -> Result<Self, bson::raw::Error> {
         let mut view = Self::default();
         for element in raw {
             let (key, value) = element?;
@@ -181,13 +181,13 @@ impl<'a> ChangeEventView<'a> {
 }
 
 /// Formats a `Timestamp` as `<seconds>.<increment>`, the `mongo.cluster_time` header's form.
-pub fn format_timestamp(ts: Timestamp) -> String {
+pub(crate) fn format_timestamp(ts: Timestamp) -> String {
     format!("{}.{}", ts.time, ts.increment)
 }
 
 /// `secs` since the Unix epoch as RFC 3339 UTC to the second (`2025-11-29T08:00:00Z`), or the
 /// bare number when chrono cannot represent it. For human-facing output (CLI, `check`).
-pub fn rfc3339_seconds(secs: i64) -> String {
+pub(crate) fn rfc3339_seconds(secs: i64) -> String {
     chrono::DateTime::from_timestamp(secs, 0).map_or_else(
         || secs.to_string(),
         |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -195,7 +195,7 @@ pub fn rfc3339_seconds(secs: i64) -> String {
 }
 
 /// The `Timestamp` for a wall-clock instant (increment 0), used where no cluster time is known.
-pub fn timestamp_now() -> Timestamp {
+pub(crate) fn timestamp_now() -> Timestamp {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -24,18 +24,18 @@ use std::ops::Deref;
 pub(crate) mod admin;
 pub(crate) mod context;
 pub(crate) mod delivery;
-pub mod exactly_once;
-pub mod group;
-pub mod limits;
+pub(crate) mod exactly_once;
+pub(crate) mod group;
+pub(crate) mod limits;
 pub(crate) mod sink;
 
 /// A value whose drop blocks (a librdkafka client), dropped on the blocking pool when the last
 /// owner lets go inside a Tokio runtime, inline otherwise. Dereferences to the value.
-pub struct Detached<T: Send + 'static>(Option<T>);
+pub(crate) struct Detached<T: Send + 'static>(Option<T>);
 
 impl<T: Send + 'static> Detached<T> {
     /// Wraps `value`.
-    pub fn new(value: T) -> Self {
+    pub(crate) fn new(value: T) -> Self {
         Self(Some(value))
     }
 }

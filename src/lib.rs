@@ -1,10 +1,20 @@
 //! mongo-kafka-bridge: MongoDB change streams → Kafka, keyed by `documentKey`, with the resume
 //! token committed to MongoDB only after Kafka acknowledged every event up to it.
 //!
-//! The design (rooms, the ordering proof, restarts, fencing, shutdown) is in
-//! `docs/ARCHITECTURE.md`. Data flow per pipeline: [`source`] (change stream) → `relay`
-//! ([`encode`], `kafka`, `window`) → `checkpoint` ([`offsets`] document), supervised by
-//! `pipeline` and [`app`], with every failure decided by `pipeline/policy.rs`.
+//! The rooms, from the top floor down (each imports only rooms below it; the design, the
+//! ordering proofs, restarts, fencing and shutdown are in `docs/ARCHITECTURE.md`):
+//!
+//! - [`cli`]: the operator's commands (`check`, `offsets`, `snapshot`);
+//! - [`supervisor`]: the process and its replicas;
+//! - `pipeline`: one pipeline's life and its runs;
+//! - the stages, in the order data moves: [`source`] (the change stream and a snapshot's
+//!   copies) → [`encode`] (records) → `relay` (the ordered window) → `kafka` (librdkafka) →
+//!   `checkpoint` → [`offsets`] (the offsets document);
+//! - what they share: [`snapshot`] (its types and proof), `event` (positions, items),
+//!   [`observe`] (health, metrics, logs), `mongo` (the client), [`config`], [`error`],
+//!   [`extjson`] (the Extended JSON transcoder).
+//!
+//! Public: what the binary, the integration tests and the benchmarks use.
 
 mod checkpoint;
 pub mod cli;
@@ -13,7 +23,7 @@ pub mod encode;
 pub mod error;
 mod event;
 pub mod extjson;
-pub mod kafka;
+mod kafka;
 mod mongo;
 pub mod observe;
 pub mod offsets;

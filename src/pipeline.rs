@@ -9,7 +9,7 @@
 //! ```
 //!
 //! - `context.rs`: what the pipeline needs for its whole life ([`PipelineContext`]);
-//! - `lifecycle.rs`: its life ([`run`]); `policy.rs`: what a failure means and the next step;
+//! - `lifecycle.rs`: its life ([`run()`]); `policy.rs`: what a failure means and the next step;
 //!   `gap.rs`: the history-loss policies `skip` and `snapshot`; `standby.rs`: a fenced
 //!   instance's wait;
 //! - `run.rs`: one run, from its plan (`plan.rs`: what to read, where to start, how to
@@ -28,6 +28,6 @@ mod stage;
 mod standby;
 mod start;
 
-pub use context::PipelineContext;
-pub use lifecycle::{Ended, run};
+pub(crate) use context::PipelineContext;
+pub(crate) use lifecycle::{Ended, run};
 pub(crate) use stage::panicked;

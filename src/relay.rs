@@ -51,7 +51,7 @@ use enqueue::Pending;
 use window::OrderedWindow;
 
 mod enqueue;
-pub mod exactly_once;
+pub(crate) mod exactly_once;
 mod publish;
 mod snapshot;
 pub(crate) mod window;
@@ -79,7 +79,7 @@ async fn retry_later(wanted: bool) {
 
 /// In-flight bounds of one pipeline.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Events enqueued and not delivered (see [`crate::config::InFlightBounds`]).
     pub max_events: usize,
     /// Bytes of records enqueued and not delivered.
@@ -91,7 +91,7 @@ pub struct Limits {
 }
 
 /// One pipeline's relay.
-pub struct Relay {
+pub(crate) struct Relay {
     pipeline: Arc<str>,
     encoder: RecordEncoder,
     sink: KafkaSink,
@@ -123,7 +123,7 @@ pub struct Relay {
 
 impl Relay {
     /// A relay publishing safe positions on `safe`.
-    pub fn new(
+    pub(crate) fn new(
         pipeline: &str,
         encoder: RecordEncoder,
         sink: KafkaSink,
@@ -168,14 +168,14 @@ impl Relay {
 
     /// Delivers exactly once: records in Kafka transactions with their progress record, the
     /// state published only once its transaction committed (see [`exactly_once`]).
-    pub fn with_transactions(mut self, transactions: exactly_once::Transactions) -> Self {
+    pub(crate) fn with_transactions(mut self, transactions: exactly_once::Transactions) -> Self {
         self.transactions = Some(transactions);
         self
     }
 
     /// Sends records Kafka refuses as too large to `topic` as stubs (`on_oversize =
     /// "dead_letter"`) instead of failing the pipeline.
-    pub fn with_dead_letter(mut self, topic: &str) -> Self {
+    pub(crate) fn with_dead_letter(mut self, topic: &str) -> Self {
         self.context = Arc::new(DeliveryContext {
             pipeline: Arc::clone(&self.pipeline),
             metrics: self.metrics.clone(),
@@ -188,7 +188,7 @@ impl Relay {
 
     /// Learns every topic's `max.message.bytes` before its first record, refusing a topic
     /// that accepts smaller batches than the producer builds ([`TopicLimits::admit`]).
-    pub fn with_topic_limits(mut self, limits: TopicLimits) -> Self {
+    pub(crate) fn with_topic_limits(mut self, limits: TopicLimits) -> Self {
         self.context = Arc::new(DeliveryContext {
             pipeline: Arc::clone(&self.pipeline),
             metrics: self.metrics.clone(),
@@ -201,7 +201,7 @@ impl Relay {
     }
 
     /// Makes sure every topic exists before its first record, creating it when missing.
-    pub fn with_topic_creator(mut self, creator: TopicCreator) -> Self {
+    pub(crate) fn with_topic_creator(mut self, creator: TopicCreator) -> Self {
         self.topics = Some(creator);
         self
     }
@@ -227,14 +227,17 @@ impl Relay {
     }
 
     /// Gates intake on the lease validity the offsets store records (see `has_room`).
-    pub fn with_lease(mut self, lease_valid_until: Arc<std::sync::atomic::AtomicI64>) -> Self {
+    pub(crate) fn with_lease(
+        mut self,
+        lease_valid_until: Arc<std::sync::atomic::AtomicI64>,
+    ) -> Self {
         self.lease = Some(lease_valid_until);
         self
     }
 
     /// Runs until `cancel` fires or the source closes `rx` (then drains and returns `Ok`), or a
     /// delivery or encoding fails (returns that error; the safe position stays before it).
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         rx: mpsc::Receiver<SourceItem>,
         cancel: CancellationToken,

@@ -9,9 +9,9 @@
 //!  checkpointer: the delivered prefix's SnapshotState (last _id per namespace) ─▶ offsets
 //! ```
 //!
-//! The pieces, one file name in every layer: this room (the shared types; [`plan`]: which
-//! namespaces; [`copy`]: one namespace's copy bracket by bracket; [`sequence`]: the order of
-//! stream and copy items, and its proof; [`key`]: a copied document's `documentKey`),
+//! The pieces, one file name in every layer: this room (the shared types; `plan`: which
+//! namespaces; [`copy`]: one namespace's copy bracket by bracket; `sequence`: the order of
+//! stream and copy items, and its proof; `key`: a copied document's `documentKey`),
 //! `config/snapshot.rs` (the rules), `source/snapshot.rs` and `source/copying.rs` (the source
 //! task that streams and copies), `encode/snapshot.rs` (copied documents' and markers' records),
 //! `relay/snapshot.rs` (their window entries), `offsets/snapshot.rs` (the document's fields),
@@ -19,14 +19,14 @@
 //!
 //! Invariants:
 //! - One task reads the stream and the copies; the order in which their items enter the
-//!   window is the one [`sequence`] proves correct: the last record of every key is the
+//!   window is the one `sequence` proves correct: the last record of every key is the
 //!   document's current state once the copy finished and the stream passed its end.
 //! - A namespace's progress (`lastId`, `copied`) and its markers' delivery (`started`, `done`)
 //!   are committed by the rule of the resume token: only once every record before them is
 //!   delivered. A restart continues after the committed `lastId`; a resumed snapshot keeps its
 //!   id and publishes no second `snapshot_start`.
 //! - Memory is bounded: one reply per open cursor (at most `snapshot_parallelism`), the items
-//!   held behind an unanswered copy request ([`sequence::HOLD_ITEMS`]), and the channel's and
+//!   held behind an unanswered copy request (`sequence::HOLD_ITEMS`), and the channel's and
 //!   the window's bounds, as for events.
 
 use std::sync::Arc;
@@ -34,9 +34,9 @@ use std::sync::Arc;
 use bson::{Bson, DateTime};
 
 pub mod copy;
-pub mod key;
-pub mod plan;
-pub mod sequence;
+pub(crate) mod key;
+pub(crate) mod plan;
+pub(crate) mod sequence;
 
 /// Why a snapshot runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,7 @@ pub struct CopyTarget {
     pub snapshot_id: String,
     /// Why the snapshot runs.
     pub reason: Reason,
-    /// The shard key's field names, in order, of a sharded collection ([`key`]).
+    /// The shard key's field names, in order, of a sharded collection (`key`).
     pub shard_key: Option<Vec<String>>,
 }
 

@@ -1,7 +1,7 @@
 //! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
 //! --delete) [--force] | accept-config NAME [--force]`: what an operator would otherwise do by
 //! hand in mongosh on the offsets collection. Reads and writes go through
-//! [`crate::offsets::operator`]; `print.rs` prints the documents.
+//! `crate::offsets::operator`; `print.rs` prints the documents.
 //!
 //! Invariants:
 //! - A reset or an accept-config refuses while a live instance holds the pipeline

@@ -20,7 +20,7 @@ use super::{Config, Delivery, KafkaConfig, PropertyValue, TopicCreation};
 use crate::error::BridgeError;
 
 /// librdkafka's default `transaction.timeout.ms`.
-pub const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 
 fn property_u64(config: &Config, key: &str) -> Result<Option<u64>, BridgeError> {
     match config.kafka.properties.get(key) {
@@ -36,7 +36,7 @@ fn property_u64(config: &Config, key: &str) -> Result<Option<u64>, BridgeError> 
 
 /// `transaction.timeout.ms` of the producers (ms): `[kafka.properties]`'s, else librdkafka's
 /// default. Valid after [`validate`].
-pub fn transaction_timeout_ms(config: &Config) -> u64 {
+pub(crate) fn transaction_timeout_ms(config: &Config) -> u64 {
     property_u64(config, "transaction.timeout.ms")
         .ok()
         .flatten()
@@ -46,17 +46,17 @@ pub fn transaction_timeout_ms(config: &Config) -> u64 {
 /// The smallest `transaction.timeout.ms` accepted (ms): two commit intervals and 5 s for the
 /// commit itself. A Kafka transaction spans at most one commit interval plus the wait for the
 /// end of a MongoDB transaction; the coordinator aborts it after the timeout.
-pub fn min_transaction_timeout_ms(config: &Config) -> u64 {
+pub(crate) fn min_transaction_timeout_ms(config: &Config) -> u64 {
     config.bridge.commit_interval_ms.saturating_mul(2) + 5_000
 }
 
 /// `segment.ms` of the progress topic the bridge creates (10 minutes): compaction only cleans
 /// closed segments, so this bounds what a startup read covers beyond one record per pipeline.
-pub const SEGMENT_MS: i64 = 600_000;
+pub(crate) const SEGMENT_MS: i64 = 600_000;
 
 /// How the bridge creates the progress topic: one partition, compacted with `segment.ms` =
 /// [`SEGMENT_MS`], the configured replication factor.
-pub fn progress_topic_creation(config: &Config) -> TopicCreation {
+pub(crate) fn progress_topic_creation(config: &Config) -> TopicCreation {
     TopicCreation {
         enabled: true,
         partitions: 1,
@@ -71,7 +71,7 @@ pub fn progress_topic_creation(config: &Config) -> TopicCreation {
 /// The configuration of the progress topic's startup reader: the connection and security
 /// properties ([`admin_config`]), a group id of its own (it commits nothing), the partition's
 /// end reported, and `isolation.level` = `isolation`.
-pub fn progress_reader_config(kafka: &KafkaConfig, isolation: &str) -> ClientConfig {
+pub(crate) fn progress_reader_config(kafka: &KafkaConfig, isolation: &str) -> ClientConfig {
     let mut config = admin_config(kafka);
     config
         .set("group.id", "mongo-kafka-bridge.progress-reader")
@@ -105,7 +105,7 @@ impl Config {
     }
 
     /// Whether any pipeline delivers exactly once.
-    pub fn any_exactly_once(&self) -> bool {
+    pub(crate) fn any_exactly_once(&self) -> bool {
         self.pipelines
             .iter()
             .any(|p| p.delivery == Delivery::ExactlyOnce)

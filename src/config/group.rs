@@ -21,9 +21,9 @@ use crate::error::BridgeError;
 
 /// The bridge's default `session.timeout.ms` for the group (ms): an evicted member's slots
 /// move after at most this long (librdkafka's own default is 45 000).
-pub const DEFAULT_SESSION_TIMEOUT_MS: i64 = 8_000;
+pub(crate) const DEFAULT_SESSION_TIMEOUT_MS: i64 = 8_000;
 /// librdkafka's default `max.poll.interval.ms` (ms).
-pub const MAX_POLL_INTERVAL_MS_DEFAULT: i64 = 300_000;
+pub(crate) const MAX_POLL_INTERVAL_MS_DEFAULT: i64 = 300_000;
 
 /// Defaults the user may override in `[kafka.group_properties]`. The session timeout and
 /// heartbeat give failover within ~15 s of a `kill -9` (eviction after the session timeout, the
@@ -42,7 +42,7 @@ const DEFAULTS: [(&str, &str); 5] = [
 /// `key` of `[kafka.group_properties]` as an integer, `None` when unset.
 ///
 /// Errors: a value that is not an integer.
-pub fn group_property_i64(kafka: &KafkaConfig, key: &str) -> Result<Option<i64>, String> {
+pub(crate) fn group_property_i64(kafka: &KafkaConfig, key: &str) -> Result<Option<i64>, String> {
     match kafka.group_properties.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -55,7 +55,7 @@ pub fn group_property_i64(kafka: &KafkaConfig, key: &str) -> Result<Option<i64>,
 
 /// The group's `session.timeout.ms` (ms): `[kafka.group_properties]`'s when it is an integer,
 /// else [`DEFAULT_SESSION_TIMEOUT_MS`].
-pub fn session_timeout_ms(kafka: &KafkaConfig) -> i64 {
+pub(crate) fn session_timeout_ms(kafka: &KafkaConfig) -> i64 {
     group_property_i64(kafka, "session.timeout.ms")
         .ok()
         .flatten()
@@ -65,7 +65,7 @@ pub fn session_timeout_ms(kafka: &KafkaConfig) -> i64 {
 /// The group consumer's configuration: connection and security properties of
 /// `[kafka.properties]`, the bridge's defaults, `[kafka.group_properties]`, then `group.id` and
 /// no offset commits.
-pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
+pub(crate) fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
     let mut config = admin_config(kafka);
     for (key, value) in DEFAULTS {
         config.set(key, value);
@@ -82,7 +82,7 @@ pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
 /// Checks the group consumer's configuration with librdkafka itself (no client is created).
 ///
 /// Errors: librdkafka's sentence naming the property.
-pub fn validate_properties(kafka: &KafkaConfig, group_id: &str) -> Result<(), String> {
+pub(crate) fn validate_properties(kafka: &KafkaConfig, group_id: &str) -> Result<(), String> {
     consumer_config(kafka, group_id)
         .create_native_config()
         .map(drop)

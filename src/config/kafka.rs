@@ -23,7 +23,7 @@ use super::{Config, KafkaConfig};
 use crate::error::BridgeError;
 
 /// Properties the bridge sets after the user's, so they always hold.
-pub const PROTECTED: [(&str, &str); 4] = [
+pub(crate) const PROTECTED: [(&str, &str); 4] = [
     ("enable.idempotence", "true"),
     ("acks", "all"),
     ("max.in.flight.requests.per.connection", "5"),
@@ -49,7 +49,7 @@ const SHARED_PREFIXES: [&str; 7] = [
 ];
 
 /// Default `statistics.interval.ms` the bridge sets when `[kafka.properties]` does not (ms).
-pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
+pub(crate) const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// librdkafka's default `queue.buffering.max.messages`.
 const RDKAFKA_QUEUE_MESSAGES: usize = 100_000;
@@ -62,7 +62,7 @@ const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
 /// The librdkafka producer configuration for `kafka`: the bridge's defaults (with
 /// `message.timeout.ms` = `message_timeout_ms`, see [`Config::message_timeout_ms`]), then
 /// the user's properties, then the protected ones.
-pub fn producer_config(kafka: &KafkaConfig, message_timeout_ms: u64) -> ClientConfig {
+pub(crate) fn producer_config(kafka: &KafkaConfig, message_timeout_ms: u64) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.bootstrap_servers);
     for (key, value) in DEFAULTS {
@@ -82,7 +82,7 @@ pub fn producer_config(kafka: &KafkaConfig, message_timeout_ms: u64) -> ClientCo
 /// when given (`delivery = "exactly_once"`), `batch.size` = `batch_size` when given (a topic's
 /// limit), and `statistics.interval.ms` = [`DEFAULT_STATISTICS_INTERVAL_MS`] unless
 /// `[kafka.properties]` sets it.
-pub fn pipeline_producer_config(
+pub(crate) fn pipeline_producer_config(
     kafka: &KafkaConfig,
     message_timeout_ms: u64,
     transactional_id: Option<&str>,
@@ -103,7 +103,7 @@ pub fn pipeline_producer_config(
 
 /// A configuration for metadata and admin calls (and any consumer the bridge adds): bootstrap
 /// servers plus the connection and security properties of `[kafka.properties]`.
-pub fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
+pub(crate) fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut out = ClientConfig::new();
     out.set("bootstrap.servers", &kafka.bootstrap_servers);
     for (key, value) in &kafka.properties {
@@ -115,7 +115,7 @@ pub fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
 }
 
 /// The admin client's configuration: [`admin_config`] with a 5 s socket timeout.
-pub fn admin_client_config(kafka: &KafkaConfig) -> ClientConfig {
+pub(crate) fn admin_client_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut config = admin_config(kafka);
     config.set("socket.timeout.ms", "5000");
     config
@@ -125,7 +125,7 @@ pub fn admin_client_config(kafka: &KafkaConfig) -> ClientConfig {
 /// (`rd_kafka_conf_set` on a native configuration; no client is created, nothing is contacted).
 ///
 /// Errors: librdkafka's sentence, e.g. `No such configuration property: "compresion.type"`.
-pub fn validate_properties(kafka: &KafkaConfig) -> Result<(), String> {
+pub(crate) fn validate_properties(kafka: &KafkaConfig) -> Result<(), String> {
     producer_config(kafka, 120_000)
         .create_native_config()
         .map(drop)
@@ -264,7 +264,7 @@ pub struct InFlightBounds {
 impl Config {
     /// The in-flight bounds of every pipeline (see [`InFlightBounds`]); valid after
     /// [`Config::validate`], which checks that the queue properties are integers.
-    pub fn in_flight_bounds(&self) -> InFlightBounds {
+    pub(crate) fn in_flight_bounds(&self) -> InFlightBounds {
         let queue = |key: &str, default: usize| {
             self.kafka
                 .properties
@@ -296,7 +296,7 @@ impl Config {
     /// lease lapsed, at least `lease_ms − commit_interval_ms` after its last enqueue; when it
     /// resumes, the records it had queued are then too old to be sent, so they cannot land
     /// after the new owner's newer records of the same documents (per-document order).
-    pub fn message_timeout_ms(&self) -> u64 {
+    pub(crate) fn message_timeout_ms(&self) -> u64 {
         let b = &self.bridge;
         b.lease_ms
             .saturating_sub(b.commit_interval_ms)
@@ -308,7 +308,7 @@ impl Config {
 /// The most bytes one record batch of the producer holds: the least of `batch.size` and
 /// `message.max.bytes` (each `[kafka.properties]` or librdkafka's default) and `cap` (a bound
 /// the pipeline learned from a topic).
-pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
+pub(crate) fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
     let property = |key: &str| {
         kafka
             .properties
@@ -324,7 +324,7 @@ pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
 /// Whether the producer compresses (`compression.type` or its alias `compression.codec` set,
 /// and not `none`): the broker then checks compressed batches against `max.message.bytes`, so
 /// a record's uncompressed size says nothing about whether it fits.
-pub fn compresses(kafka: &KafkaConfig) -> bool {
+pub(crate) fn compresses(kafka: &KafkaConfig) -> bool {
     ["compression.type", "compression.codec"].iter().any(|key| {
         kafka
             .properties

@@ -3,8 +3,8 @@
 //!
 //! - Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
 //!   `__transaction_state`) and to the bridge, whose own topics are named
-//!   `__mongo_kafka_bridge.<offsets_database>.<kind>` ([`internal`]): the progress topic of
-//!   `delivery = "exactly_once"` ([`progress_topic`]) and each group's control topic
+//!   `__mongo_kafka_bridge.<offsets_database>.<kind>` (`internal`): the progress topic of
+//!   `delivery = "exactly_once"` (`progress_topic`) and each group's control topic
 //!   ([`control`]).
 //! - The bridge's own collections ([`OffsetsLocation`]): the offsets collection and, beside it,
 //!   the group slots.
@@ -15,16 +15,16 @@
 //! publishes and no snapshot copies the bridge's own collections.
 
 /// The prefix of every internal topic, Kafka's and the bridge's.
-pub const INTERNAL_PREFIX: &str = "__";
+pub(crate) const INTERNAL_PREFIX: &str = "__";
 
 /// Whether `topic` is internal (Kafka's or the bridge's own): never a data topic.
-pub fn is_internal(topic: &str) -> bool {
+pub(crate) fn is_internal(topic: &str) -> bool {
     topic.starts_with(INTERNAL_PREFIX)
 }
 
 /// The name of the bridge's own topic of `kind` for the deployment whose offsets live in
 /// `offsets_database`.
-pub fn internal(offsets_database: &str, kind: &str) -> String {
+pub(crate) fn internal(offsets_database: &str, kind: &str) -> String {
     format!("{INTERNAL_PREFIX}mongo_kafka_bridge.{offsets_database}.{kind}")
 }
 
@@ -36,7 +36,7 @@ pub fn control(offsets_database: &str, group_id: &str) -> String {
 
 /// The progress topic of `delivery = "exactly_once"` of the deployment whose offsets live in
 /// `offsets_database`.
-pub fn progress_topic(offsets_database: &str) -> String {
+pub(crate) fn progress_topic(offsets_database: &str) -> String {
     internal(offsets_database, "progress")
 }
 
@@ -62,13 +62,13 @@ impl<D: AsRef<str>, C: AsRef<str>> From<(D, C)> for OffsetsLocation {
 
 impl OffsetsLocation {
     /// The collection of group slots, beside the offsets collection: `<offsets_collection>.slots`.
-    pub fn slots_collection(&self) -> String {
+    pub(crate) fn slots_collection(&self) -> String {
         slots_collection(&self.collection)
     }
 
     /// The bridge's own collections in the offsets database: the offsets and, beside them, the
     /// group slots. No stream publishes them and no snapshot copies them.
-    pub fn own_collections(&self) -> [String; 2] {
+    pub(crate) fn own_collections(&self) -> [String; 2] {
         [self.collection.clone(), self.slots_collection()]
     }
 }

@@ -1,4 +1,4 @@
-//! Validation rules for [`Config`](super::Config): the sections' and each pipeline's; the
+//! Validation rules for [`Config`]: the sections' and each pipeline's; the
 //! rules of `[kafka.properties]`, of a group, of exactly-once and of a snapshot are in
 //! `kafka.rs`, `group.rs`, `exactly_once.rs` and `snapshot.rs` beside this one, called from
 //! here.

@@ -22,7 +22,7 @@ use crate::config::Format;
 
 /// What is known of a record Kafka refused: enough to name it and to build its stub.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// The topic it was bound for.
     pub topic: Arc<str>,
     /// Its key bytes.
@@ -38,7 +38,7 @@ pub struct Refused {
 
 impl Refused {
     /// A record librdkafka refused when it was enqueued.
-    pub fn from_record(record: Record) -> Self {
+    pub(crate) fn from_record(record: Record) -> Self {
         let size = record.key.len() + record.value.as_ref().map_or(0, Vec::len);
         Self {
             topic: record.topic,
@@ -50,7 +50,7 @@ impl Refused {
     }
 
     /// The key as text, for errors and logs (BSON keys as canonical Extended JSON).
-    pub fn key_text(&self, key_format: Format) -> String {
+    pub(crate) fn key_text(&self, key_format: Format) -> String {
         match key_format {
             Format::Json => String::from_utf8_lossy(&self.key).into_owned(),
             Format::Bson => {
@@ -62,7 +62,7 @@ impl Refused {
 
 /// The stub on `dead_letter_topic` for `refused`, refused for `reason`; its key bytes are in
 /// `key_format`.
-pub fn stub(
+pub(crate) fn stub(
     dead_letter_topic: &Arc<str>,
     refused: &Refused,
     reason: &str,

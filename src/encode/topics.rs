@@ -10,7 +10,7 @@
 //!
 //! Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
 //! `__transaction_state`) and to the bridge, whose own topics are named
-//! `__mongo_kafka_bridge.<offsets_database>.<kind>` ([`internal`]). No pipeline writes one
+//! `__mongo_kafka_bridge.<offsets_database>.<kind>` ([`internal`](crate::config::names::internal)). No pipeline writes one
 //! (configuration refuses a `topic`, `dead_letter_topic` or `topic_prefix` starting with `__`),
 //! gap markers skip them ([`written_by`]), and the offsets database in the name keeps two
 //! deployments on one cluster apart.
@@ -19,7 +19,7 @@ use crate::config::PipelineConfig;
 use crate::config::names::is_internal;
 
 /// The topic of namespace `db`.`coll` (or database `db`) under `prefix`.
-pub fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
+pub(crate) fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
     match coll {
         Some(coll) => format!("{prefix}{db}.{coll}"),
         None => format!("{prefix}{db}"),
@@ -27,7 +27,7 @@ pub fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
 }
 
 /// The topic of events without `ns` when the pipeline has no `topic`: its configured namespace.
-pub fn fallback(p: &PipelineConfig, prefix: &str) -> String {
+pub(crate) fn fallback(p: &PipelineConfig, prefix: &str) -> String {
     match &p.database {
         Some(db) => for_namespace(prefix, db, p.collection.as_deref()),
         None => format!("{prefix}{}", p.name),
@@ -36,7 +36,7 @@ pub fn fallback(p: &PipelineConfig, prefix: &str) -> String {
 
 /// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
 /// collection scope).
-pub fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
+pub(crate) fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
     match (&p.topic, &p.database, &p.collection) {
         (Some(topic), _, _) => Some(topic.clone()),
         (None, Some(db), Some(coll)) => Some(for_namespace(prefix, db, Some(coll))),
@@ -45,7 +45,7 @@ pub fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
 }
 
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
-pub fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
+pub(crate) fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
     if is_internal(topic) {
         return false;
     }

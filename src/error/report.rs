@@ -12,7 +12,7 @@ use super::BridgeError;
 
 /// A one-line description of a driver error: the server's code name, code and message, or the
 /// kind of client-side failure, without the driver's debug dump.
-pub fn describe_mongo(error: &MongoError) -> String {
+pub(crate) fn describe_mongo(error: &MongoError) -> String {
     use mongodb::error::WriteFailure;
     match error.kind.as_ref() {
         MongoErrorKind::Command(c) => format!("{} ({}): {}", c.code_name, c.code, c.message),

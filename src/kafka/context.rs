@@ -24,13 +24,13 @@ use rdkafka::statistics::Statistics;
 use crate::observe::metrics::RdkafkaGauges;
 
 /// The same problem is logged again only after this long.
-pub const REPEAT_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const REPEAT_AFTER: Duration = Duration::from_secs(30);
 
 /// A librdkafka client context that publishes the producer's statistics and turns librdkafka's
 /// logs into actionable lines; without gauges (see [`KafkaContext::default`]) it ignores the
 /// statistics.
 #[derive(Default)]
-pub struct KafkaContext {
+pub(crate) struct KafkaContext {
     gauges: Option<RdkafkaGauges>,
     last_retries: AtomicU64,
     logs: LogLimiter,
@@ -38,7 +38,7 @@ pub struct KafkaContext {
 
 impl KafkaContext {
     /// A context publishing into `gauges`.
-    pub fn new(gauges: RdkafkaGauges) -> Self {
+    pub(crate) fn new(gauges: RdkafkaGauges) -> Self {
         Self {
             gauges: Some(gauges),
             ..Self::default()
@@ -46,7 +46,7 @@ impl KafkaContext {
     }
 
     /// Applies one statistics snapshot.
-    pub fn apply(&self, stats: &Statistics) {
+    pub(crate) fn apply(&self, stats: &Statistics) {
         let Some(g) = &self.gauges else { return };
         let retries = g.apply(stats);
         let before = self.last_retries.swap(retries, Ordering::Relaxed);

@@ -46,13 +46,8 @@ use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, newer};
 
 impl KafkaSink {
     /// Whether the producer is transactional.
-    pub fn is_transactional(&self) -> bool {
+    pub(crate) fn is_transactional(&self) -> bool {
         self.transactional_id.is_some()
-    }
-
-    /// `transactional.id` of a transactional producer.
-    pub fn transactional_id(&self) -> Option<&str> {
-        self.transactional_id.as_deref()
     }
 
     /// Registers the `transactional.id` with its coordinator (fencing earlier producers of the
@@ -61,7 +56,7 @@ impl KafkaSink {
     ///
     /// Errors: librdkafka's, e.g. a timeout when no coordinator answers (retriable), or
     /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`.
-    pub async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
+    pub(crate) async fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
         if self.initialized.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -76,14 +71,14 @@ impl KafkaSink {
     /// Begins a transaction (local: no request is made until a record is produced).
     ///
     /// Errors: librdkafka's state errors (a transaction already open, a fatal error).
-    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
+    pub(crate) fn begin_transaction(&self) -> Result<(), KafkaError> {
         self.producer.begin_transaction()
     }
 
     /// Flushes and commits the open transaction, waiting up to `timeout`.
     ///
     /// Errors: librdkafka's; a failed commit leaves the transaction to abort.
-    pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+    pub(crate) async fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || producer.commit_transaction(timeout))
             .await
@@ -95,7 +90,7 @@ impl KafkaSink {
     ///
     /// Errors: librdkafka's (e.g. a fenced producer cannot abort; the next producer's
     /// `init_transactions` does it then).
-    pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+    pub(crate) async fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || producer.abort_transaction(timeout))
             .await
@@ -104,7 +99,7 @@ impl KafkaSink {
 }
 
 /// The partition every progress record goes to.
-pub const PARTITION: i32 = 0;
+pub(crate) const PARTITION: i32 = 0;
 
 /// The newest committed progress record of `owner` ([`ProgressKey`]) in [`PARTITION`], with
 /// its offset; `None` when there is none.
@@ -112,7 +107,7 @@ pub const PARTITION: i32 = 0;
 ///
 /// Errors: librdkafka's (no broker, a missing topic), a timeout before the high watermark
 /// taken at the start was reached, or a record of ours that cannot be decoded.
-pub fn read_latest(
+pub(crate) fn read_latest(
     kafka: &KafkaConfig,
     topic: &str,
     owner: &ProgressKey,

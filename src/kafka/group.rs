@@ -39,7 +39,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// A change of this member's slots, reported by the rebalance callback.
 #[derive(Debug)]
-pub enum Change {
+pub(crate) enum Change {
     /// These slots were assigned to this member.
     Assigned(Vec<i32>),
     /// These slots are taken away (`lost`: the session was lost, another member may already
@@ -127,7 +127,7 @@ impl ConsumerContext for MemberContext {
 }
 
 /// This process's membership: the thread that polls the group consumer.
-pub struct Member {
+pub(crate) struct Member {
     stop: Arc<AtomicBool>,
     refresh: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -139,7 +139,7 @@ impl Member {
     /// revocation waits for its answer up to `drain_bound`.
     ///
     /// Errors: librdkafka's refusal of the consumer configuration or of the subscription.
-    pub fn join(
+    pub(crate) fn join(
         kafka: &KafkaConfig,
         group_id: &str,
         topic: &str,
@@ -173,14 +173,14 @@ impl Member {
     /// A flag that makes the member thread fetch the control topic's metadata at its next
     /// poll (after this member extended it): if this member leads the group, it rebalances
     /// onto the new partitions at once instead of after `topic.metadata.refresh.interval.ms`.
-    pub fn refresher(&self) -> Arc<AtomicBool> {
+    pub(crate) fn refresher(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.refresh)
     }
 
     /// Leaves the group: stops polling and closes the consumer (which revokes what it still
     /// holds through the callback). Blocks until librdkafka closed it: call it on the blocking
     /// pool.
-    pub fn leave(mut self) {
+    pub(crate) fn leave(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

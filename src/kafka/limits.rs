@@ -32,13 +32,13 @@ use crate::error::BridgeError;
 /// values) with `headers` headers: the batch header (61 bytes, Kafka's record batch format
 /// v2) plus the record's own fields at their largest varint sizes (36 bytes) plus two length
 /// varints per header.
-pub fn single_record_batch(bytes: usize, headers: usize) -> usize {
+pub(crate) fn single_record_batch(bytes: usize, headers: usize) -> usize {
     61 + 36 + 10 * headers + bytes
 }
 
 /// What a pipeline's runs learned about the topics, kept across its restarts.
 #[derive(Debug, Clone, Default)]
-pub struct Learned {
+pub(crate) struct Learned {
     /// The producer's `batch.size` when a topic accepts smaller batches than
     /// `[kafka.properties]` gives; `None` until then.
     pub batch_cap: Option<usize>,
@@ -48,12 +48,12 @@ pub struct Learned {
 
 impl Learned {
     /// Lowers the producer's batch bound to `limit`.
-    pub fn cap_batches(&mut self, limit: usize) {
+    pub(crate) fn cap_batches(&mut self, limit: usize) {
         self.batch_cap = Some(self.batch_cap.map_or(limit, |c| c.min(limit)));
     }
 
     /// Records that `topic` refused a record of `size` bytes (key + value).
-    pub fn refused(&mut self, topic: &str, size: usize) {
+    pub(crate) fn refused(&mut self, topic: &str, size: usize) {
         let bound = size.saturating_sub(1);
         let entry = self.refused.entry(Arc::from(topic)).or_insert(bound);
         *entry = (*entry).min(bound);
@@ -61,7 +61,7 @@ impl Learned {
 }
 
 /// The topics' `max.message.bytes`, learned once each.
-pub struct TopicLimits {
+pub(crate) struct TopicLimits {
     admin: KafkaAdmin,
     pipeline: Arc<str>,
     batch_bytes: usize,
@@ -69,16 +69,16 @@ pub struct TopicLimits {
     by_topic: HashMap<Arc<str>, Option<usize>>,
     /// Bounds learned from refusals ([`Learned::refused`]).
     refused: HashMap<Arc<str>, usize>,
-    /// The producer compresses ([`compresses`]).
+    /// The producer compresses ([`compresses`](crate::config::kafka::compresses)).
     compressed: bool,
     last: Option<Arc<str>>,
 }
 
 impl TopicLimits {
     /// The limits of `pipeline`'s topics, for a producer batching up to `batch_bytes`
-    /// ([`batch_bytes`]), `compressed` or not ([`compresses`]), with what earlier runs
+    /// ([`batch_bytes`](crate::config::kafka::batch_bytes)), `compressed` or not ([`compresses`](crate::config::kafka::compresses)), with what earlier runs
     /// `learned`.
-    pub fn new(
+    pub(crate) fn new(
         admin: KafkaAdmin,
         pipeline: &str,
         (batch_bytes, compressed): (usize, bool),
@@ -99,7 +99,7 @@ impl TopicLimits {
     ///
     /// Errors: [`BridgeError::BatchAboveTopicLimit`] when it is below the producer's batch
     /// bound.
-    pub async fn admit(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
+    pub(crate) async fn admit(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
         if self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) {
             return Ok(());
         }
@@ -138,20 +138,20 @@ impl TopicLimits {
     }
 
     /// Whether `topic`'s limit was read already (no admin call before its next record).
-    pub fn knows(&self, topic: &Arc<str>) -> bool {
+    pub(crate) fn knows(&self, topic: &Arc<str>) -> bool {
         self.by_topic.contains_key(topic)
     }
 
     /// The admin client and the producer's batch bound, for the delivery path's check
     /// ([`crate::kafka::delivery`]).
-    pub fn batch_check(&self) -> (KafkaAdmin, usize) {
+    pub(crate) fn batch_check(&self) -> (KafkaAdmin, usize) {
         (self.admin.clone(), self.batch_bytes)
     }
 
     /// The bound a record's uncompressed bytes are held to at enqueue: `topic`'s
     /// `max.message.bytes` (or a refusal's lower bound), when learned; with compression only
     /// a refusal's bound (a record above the limit may fit compressed).
-    pub fn get(&self, topic: &str) -> Option<usize> {
+    pub(crate) fn get(&self, topic: &str) -> Option<usize> {
         if self.compressed {
             return self.refused.get(topic).copied();
         }

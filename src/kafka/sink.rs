@@ -23,7 +23,7 @@ use crate::encode::record::Record;
 
 /// Why a record could not be enqueued.
 #[derive(Debug)]
-pub enum EnqueueError {
+pub(crate) enum EnqueueError {
     /// librdkafka's local queue is full: wait for deliveries and enqueue again (backpressure).
     QueueFull,
     /// Any other error: the record cannot be produced by this producer.
@@ -35,7 +35,7 @@ type SinkProducer = FutureProducer<KafkaContext>;
 
 /// One pipeline's producer (clones share it).
 #[derive(Clone)]
-pub struct KafkaSink {
+pub(crate) struct KafkaSink {
     pub(super) producer: Arc<Detached<SinkProducer>>,
     /// `transactional.id`, when the producer is transactional (`delivery = "exactly_once"`).
     pub(super) transactional_id: Option<Arc<str>>,
@@ -55,7 +55,7 @@ impl KafkaSink {
     /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
     /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
     /// errors, after `message.timeout.ms`.
-    pub fn new(
+    pub(crate) fn new(
         kafka: &KafkaConfig,
         message_timeout_ms: u64,
         transactional_id: Option<&str>,
@@ -76,12 +76,12 @@ impl KafkaSink {
     ///
     /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
     /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
-    pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
+    pub(crate) fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
         self.enqueue_to(record, record.partition)
     }
 
     /// Like [`KafkaSink::enqueue`], to an explicit `partition` when given (else the key decides).
-    pub fn enqueue_to(
+    pub(crate) fn enqueue_to(
         &self,
         record: &Record,
         partition: Option<i32>,
@@ -116,7 +116,7 @@ impl KafkaSink {
     /// (for the few records produced outside the relay's window: gap markers, dead-letter stubs).
     ///
     /// Errors: any other enqueue error.
-    pub async fn enqueue_waiting(
+    pub(crate) async fn enqueue_waiting(
         &self,
         record: &Record,
         partition: Option<i32>,
@@ -132,7 +132,7 @@ impl KafkaSink {
 
     /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
     /// does not answer within `timeout`.
-    pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
+    pub(crate) async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
         let producer = Arc::clone(&self.producer);
         let metadata = tokio::task::spawn_blocking(move || {
             let metadata = producer.client().fetch_metadata(None, timeout).ok()?;
@@ -149,7 +149,7 @@ impl KafkaSink {
     /// The partition count of `topic`, asking for it by name (a producer's request lets a broker
     /// with `auto.create.topics.enable` create it); `None` when the cluster does not know it
     /// within `timeout`.
-    pub async fn partitions(&self, topic: &str, timeout: Duration) -> Option<i32> {
+    pub(crate) async fn partitions(&self, topic: &str, timeout: Duration) -> Option<i32> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let producer = Arc::clone(&self.producer);
@@ -174,7 +174,7 @@ impl KafkaSink {
 
     /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the
     /// blocking librdkafka call on the blocking pool. Returns whether the queue is empty.
-    pub async fn flush(&self, timeout: Duration) -> bool {
+    pub(crate) async fn flush(&self, timeout: Duration) -> bool {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || producer.flush(timeout).is_ok())
             .await

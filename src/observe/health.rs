@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -51,24 +51,24 @@ pub struct PipelineHealth {
 
 impl PipelineHealth {
     /// Records that this instance stands by while `owner` holds the lease until `until_ms`.
-    pub fn set_standby(&self, owner: &str, until_ms: i64) {
+    pub(crate) fn set_standby(&self, owner: &str, until_ms: i64) {
         *self.standby.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((owner.to_owned(), until_ms));
     }
 
     /// Records that this instance no longer stands by (it owns the pipeline, or stopped).
-    pub fn clear_standby(&self) {
+    pub(crate) fn clear_standby(&self) {
         *self.standby.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Records that the pipeline was refused, and why.
-    pub fn set_refused(&self, reason: &str) {
+    pub(crate) fn set_refused(&self, reason: &str) {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
     }
 
     /// A new run begins (a group assigned the pipeline to this member): forget how the last
     /// one ended.
-    pub fn begin_run(&self) {
+    pub(crate) fn begin_run(&self) {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.stopped.store(false, Ordering::Relaxed);
         self.elsewhere.store(false, Ordering::Relaxed);
@@ -89,12 +89,12 @@ impl PipelineHealth {
     }
 
     /// The loop ticked now.
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
     }
 
     /// The loop ended: nothing to watch until the next one starts.
-    pub fn loop_ended(&self) {
+    pub(crate) fn loop_ended(&self) {
         self.heartbeat_ms.store(0, Ordering::Relaxed);
     }
 }
@@ -147,7 +147,7 @@ impl Health {
 
     /// This process is a member of group `id` (not yet joined): every pipeline starts as
     /// assigned elsewhere.
-    pub fn set_group(&self, id: &str) {
+    pub(crate) fn set_group(&self, id: &str) {
         *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(GroupHealth {
             id: id.to_owned(),
             ..GroupHealth::default()
@@ -159,13 +159,13 @@ impl Health {
 
     /// An assignment arrived (possibly empty; `true`): this member has joined; or its session
     /// was lost (`false`): not a member until the next assignment.
-    pub fn group_joined(&self, joined: bool) {
+    pub(crate) fn group_joined(&self, joined: bool) {
         self.with_group(|g| g.joined = joined);
     }
 
     /// Records why this member cannot run `what` (`slot 3`, or a pipeline), `None`: the
     /// problem is gone.
-    pub fn group_problem(&self, what: &str, problem: Option<String>) {
+    pub(crate) fn group_problem(&self, what: &str, problem: Option<String>) {
         self.with_group(|g| {
             match problem {
                 Some(text) => g.problems.insert(what.to_owned(), text),
@@ -175,7 +175,7 @@ impl Health {
     }
 
     /// Records the last error that keeps this member from joining (`None`: it joined).
-    pub fn group_error(&self, error: Option<String>) {
+    pub(crate) fn group_error(&self, error: Option<String>) {
         self.with_group(|g| g.error = error);
     }
 
@@ -206,7 +206,7 @@ impl Health {
 
     /// The state of pipeline `name`, created when a reload added it (assigned elsewhere until
     /// its run begins, in a group).
-    pub fn pipeline(&self, name: &str) -> Arc<PipelineHealth> {
+    pub(crate) fn pipeline(&self, name: &str) -> Arc<PipelineHealth> {
         if let Some((_, health)) = self.list().iter().find(|(n, _)| n == name) {
             return Arc::clone(health);
         }
@@ -220,7 +220,7 @@ impl Health {
     }
 
     /// Forgets pipeline `name` (a reload removed it).
-    pub fn remove_pipeline(&self, name: &str) {
+    pub(crate) fn remove_pipeline(&self, name: &str) {
         let mut list = self.pipelines.write().unwrap_or_else(|e| e.into_inner());
         list.retain(|(n, _)| n != name);
     }

@@ -28,7 +28,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The oldest and newest entry times of the oplog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OplogBounds {
+pub(crate) struct OplogBounds {
     /// `ts` of the oldest entry.
     pub oldest: Timestamp,
     /// `ts` of the newest entry.
@@ -37,14 +37,14 @@ pub struct OplogBounds {
 
 impl OplogBounds {
     /// Newest minus oldest, in seconds.
-    pub fn window_secs(&self) -> u32 {
+    pub(crate) fn window_secs(&self) -> u32 {
         self.newest.time.saturating_sub(self.oldest.time)
     }
 }
 
 /// Why the oplog bounds are unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OplogUnknown {
+pub(crate) struct OplogUnknown {
     /// A sentence naming the call that failed and why (for a log line or a check; never a
     /// metric label).
     pub reason: String,
@@ -59,10 +59,11 @@ impl std::fmt::Display for OplogUnknown {
 }
 
 /// The hint that goes with an [`OplogUnknown`] the server refused.
-pub const PRIVILEGE_HINT: &str = "grant `find` on local.oplog.rs (e.g. the clusterMonitor role)";
+pub(crate) const PRIVILEGE_HINT: &str =
+    "grant `find` on local.oplog.rs (e.g. the clusterMonitor role)";
 
 /// Reads the oplog bounds. Errors: [`OplogUnknown`].
-pub async fn oplog_bounds(client: &Client) -> Result<OplogBounds, OplogUnknown> {
+pub(crate) async fn oplog_bounds(client: &Client) -> Result<OplogBounds, OplogUnknown> {
     let oldest = edge(client, 1).await?;
     let newest = edge(client, -1).await?;
     Ok(OplogBounds { oldest, newest })
@@ -101,7 +102,12 @@ async fn edge(client: &Client, direction: i32) -> Result<Timestamp, OplogUnknown
 
 /// Samples the oplog bounds every `interval` (the first at once) into `metrics` until `cancel`
 /// fires. A zero `interval` returns at once: the history series stay absent.
-pub async fn run(client: Client, metrics: Metrics, interval: Duration, cancel: CancellationToken) {
+pub(crate) async fn run(
+    client: Client,
+    metrics: Metrics,
+    interval: Duration,
+    cancel: CancellationToken,
+) {
     if interval.is_zero() {
         tracing::info!("history headroom sampling is off ([metrics] history_interval_ms = 0)");
         return;

@@ -31,7 +31,7 @@ struct AppState {
 /// Binds `listen` and serves until `cancel` fires. Returns the bound address (useful with port 0).
 ///
 /// Errors: the bind error (address in use, permission).
-pub async fn serve(
+pub(crate) async fn serve(
     listen: SocketAddr,
     metrics: Metrics,
     health: Arc<Health>,

@@ -1,11 +1,11 @@
-//! Prometheus metrics: every name is a `const` ([`names`]), every handle is resolved once per
+//! Prometheus metrics: every name is a `const` (`names`), every handle is resolved once per
 //! pipeline ([`PipelineMetrics`], [`TopicMetrics`]).
 //!
 //! - `names.rs`: the names and labels, the public contract;
 //! - `registry.rs`: [`Metrics`], the registry of every family, and the scrape-time gauges;
 //! - `families.rs`: the per-pipeline families by stage; `handles.rs`: one pipeline's handles;
 //! - `group.rs`, `snapshot.rs`, `exactly_once.rs`, `librdkafka.rs`: those features' series;
-//! - [`read`]: current values read back (the terminal status, tests).
+//! - `read`: current values read back (the terminal status, tests).
 //!
 //! Invariants: labels are bounded sets (pipeline names from the config, operation types, topic
 //! names, librdkafka error-code names, error kinds) — never a document id, a token or an error
@@ -17,8 +17,8 @@ mod families;
 mod group;
 mod handles;
 mod librdkafka;
-pub mod names;
-pub mod read;
+mod names;
+pub(crate) mod read;
 mod registry;
 mod snapshot;
 

@@ -106,7 +106,7 @@ impl Status {
 }
 
 /// One pipeline's status line.
-pub fn render(s: &PipelineSnapshot, rate: f64) -> String {
+pub(crate) fn render(s: &PipelineSnapshot, rate: f64) -> String {
     let secs = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.0}s"));
     let committed = s
         .committed_at
@@ -125,7 +125,7 @@ pub fn render(s: &PipelineSnapshot, rate: f64) -> String {
 }
 
 /// The progress of a running snapshot: a bar, the counts, the rate and the time left.
-pub fn render_copy(copied: f64, left: f64, rate: f64) -> String {
+pub(crate) fn render_copy(copied: f64, left: f64, rate: f64) -> String {
     const WIDTH: usize = 20;
     let total = (copied + left).max(1.0);
     let filled = ((copied / total) * WIDTH as f64).round() as usize;

@@ -16,7 +16,11 @@ use crate::snapshot::{Request, SnapshotState};
 
 impl OffsetsStore {
     /// Stores `startAtOperationTime` so a restart before the first commit starts there too.
-    pub async fn set_start_time(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
+    pub(crate) async fn set_start_time(
+        &self,
+        epoch: i64,
+        at: Timestamp,
+    ) -> Result<(), BridgeError> {
         self.update(
             epoch,
             doc! { "$set": { fields::START_AT_OPERATION_TIME: at } },
@@ -25,7 +29,7 @@ impl OffsetsStore {
     }
 
     /// [`OffsetsStore::commit`] (which also sets `leaseUntil`), recording the lease's validity.
-    pub async fn commit_and_renew(
+    pub(crate) async fn commit_and_renew(
         &self,
         epoch: i64,
         position: Option<&Position>,
@@ -47,7 +51,7 @@ impl OffsetsStore {
     /// as they are (`commitSequence` only rises: `$max`); `None` raises `commitSequence` by one.
     ///
     /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         epoch: i64,
         position: Option<&Position>,
@@ -85,7 +89,7 @@ impl OffsetsStore {
 
     /// Removes the snapshot request answered by the snapshot that recorded `requested_at`
     /// (only that one: a newer request waits for its turn).
-    pub async fn consume_request(
+    pub(crate) async fn consume_request(
         &self,
         epoch: i64,
         requested_at: DateTime,
@@ -104,7 +108,11 @@ impl OffsetsStore {
 
     /// Stores a snapshot request (the first start of a `snapshot = "initial"` pipeline, or a
     /// re-sync after a lost history) if none waits yet.
-    pub async fn request_snapshot(&self, epoch: i64, request: &Request) -> Result<(), BridgeError> {
+    pub(crate) async fn request_snapshot(
+        &self,
+        epoch: i64,
+        request: &Request,
+    ) -> Result<(), BridgeError> {
         let stored = snapshot::request_doc(request, &self.owner);
         self.update(epoch, doc! { "$set": { fields::SNAPSHOT_REQUEST: stored } })
             .await
@@ -114,7 +122,7 @@ impl OffsetsStore {
     /// and the next start uses `startAtOperationTime: at` ([`moved_to`]).
     /// With `resync` (`on_history_lost = "snapshot"`), the same update stores that snapshot
     /// request, so a crash after it still re-syncs.
-    pub async fn move_to(
+    pub(crate) async fn move_to(
         &self,
         epoch: i64,
         at: Timestamp,

@@ -11,13 +11,13 @@
 //! - Which of a progress record and an offsets document is newer is decided by their
 //!   sequences, never by comparing resume tokens (their format is the server's): a higher
 //!   `resetSequence` wins, else a higher `commitSequence` ([`newer`]).
-//! - A record's fields are exactly the ones [`OffsetsStore`](super::OffsetsStore) writes for a
+//! - A record's fields are exactly the ones [`OffsetsStore`] writes for a
 //!   position, so bringing a document forward is one `$set` of them.
 
 use bson::{Bson, DateTime, Document, doc};
 
 use super::store::OffsetsStore;
-use super::{OffsetsDoc, fields, snapshot};
+use super::{fields, snapshot};
 use crate::error::BridgeError;
 use crate::event::Position;
 use crate::snapshot::SnapshotState;
@@ -63,7 +63,7 @@ pub(crate) fn position_fields(
 
 /// The sequences a progress record or an offsets document carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sequences {
+pub(crate) struct Sequences {
     /// `resetSequence`.
     pub reset: i64,
     /// `commitSequence`.
@@ -72,13 +72,13 @@ pub struct Sequences {
 
 /// Whether a position with sequences `a` is newer than one with `b`: a higher reset
 /// sequence wins (an operator reset after it), else a higher commit sequence.
-pub fn newer(a: Sequences, b: Sequences) -> bool {
+pub(crate) fn newer(a: Sequences, b: Sequences) -> bool {
     (a.reset, a.commit) > (b.reset, b.commit)
 }
 
 /// A decoded progress record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProgressRecord {
+pub(crate) struct ProgressRecord {
     /// Its document (see the module's shape).
     pub doc: Document,
     /// Its sequences.
@@ -91,12 +91,13 @@ impl ProgressRecord {
     /// The position fields of the record as an offsets document (for the start position).
     ///
     /// Errors: a field of the wrong type, named.
-    pub fn offsets(&self) -> Result<OffsetsDoc, String> {
-        OffsetsDoc::parse(&self.doc)
+    #[cfg(test)]
+    pub(crate) fn offsets(&self) -> Result<super::OffsetsDoc, String> {
+        super::OffsetsDoc::parse(&self.doc)
     }
 
     /// The `$set` and `$unset` that bring an offsets document to this record's position.
-    pub fn forward_fields(&self) -> (Document, Document) {
+    pub(crate) fn forward_fields(&self) -> (Document, Document) {
         let mut set = Document::new();
         for key in [
             fields::RESUME_TOKEN,
@@ -127,7 +128,7 @@ impl ProgressRecord {
 /// topic of one `offsets_database` name) differ at least in the `streamUid`, so neither ever
 /// reads the other's position.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressKey {
+pub(crate) struct ProgressKey {
     /// The pipeline's name.
     pub pipeline: String,
     /// `[kafka] topic_prefix`.
@@ -138,7 +139,7 @@ pub struct ProgressKey {
 
 impl ProgressKey {
     /// The records' Kafka key: compact JSON `{"pipeline":…,"topicPrefix":…,"streamUid":…}`.
-    pub fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         serde_json::json!({
             "pipeline": self.pipeline,
             "topicPrefix": self.topic_prefix,
@@ -150,7 +151,7 @@ impl ProgressKey {
 
     /// The value of a progress record: `fields` (from [`position_fields`]) with the key's
     /// fields, the epoch and the sequences, as canonical Extended JSON.
-    pub fn value(&self, epoch: i64, sequences: Sequences, fields_set: &Document) -> Vec<u8> {
+    pub(crate) fn value(&self, epoch: i64, sequences: Sequences, fields_set: &Document) -> Vec<u8> {
         let mut out = doc! {
             fields::ID: &self.pipeline,
             fields::TOPIC_PREFIX: &self.topic_prefix,
@@ -172,7 +173,7 @@ impl ProgressKey {
     /// pipeline's or deployment's record in the same partition).
     ///
     /// Errors: a value that is not a progress record (named why).
-    pub fn decode(&self, value: &[u8]) -> Result<Option<ProgressRecord>, String> {
+    pub(crate) fn decode(&self, value: &[u8]) -> Result<Option<ProgressRecord>, String> {
         let json: serde_json::Value =
             serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
         let Bson::Document(doc) =
@@ -209,7 +210,7 @@ impl OffsetsStore {
     /// happen), keeping our epoch and lease.
     ///
     /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
-    pub async fn bring_forward(
+    pub(crate) async fn bring_forward(
         &self,
         epoch: i64,
         record: &ProgressRecord,

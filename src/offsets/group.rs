@@ -25,7 +25,7 @@ use crate::error::BridgeError;
 use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
 
 /// A group's slots.
-pub struct Slots {
+pub(crate) struct Slots {
     collection: Collection<Document>,
     group: String,
 }
@@ -42,7 +42,7 @@ impl Slots {
     }
 
     /// The slots of `group` beside the offsets at `offsets`.
-    pub fn new(client: &Client, offsets: &OffsetsLocation, group: &str) -> Self {
+    pub(crate) fn new(client: &Client, offsets: &OffsetsLocation, group: &str) -> Self {
         let collection = client
             .database(&offsets.database)
             .collection(&offsets.slots_collection());
@@ -56,7 +56,7 @@ impl Slots {
     /// configuration does not name).
     ///
     /// Errors: [`BridgeError::Group`] when MongoDB fails.
-    pub async fn read(&self) -> Result<BTreeMap<i32, String>, BridgeError> {
+    pub(crate) async fn read(&self) -> Result<BTreeMap<i32, String>, BridgeError> {
         let mut cursor = self
             .collection
             .find(doc! { "group": &self.group })
@@ -80,7 +80,7 @@ impl Slots {
     ///
     /// Errors: [`BridgeError::Group`] when MongoDB fails, or when an allocation kept losing
     /// races.
-    pub async fn allocate(
+    pub(crate) async fn allocate(
         &self,
         names: &[String],
         by: &str,
@@ -152,7 +152,7 @@ fn lowest_free(slots: &BTreeMap<i32, String>) -> i32 {
 /// (`offsets reset --delete`).
 ///
 /// Errors: MongoDB's.
-pub async fn forget(
+pub(crate) async fn forget(
     client: &Client,
     offsets: &OffsetsLocation,
     pipeline: &str,

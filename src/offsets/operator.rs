@@ -17,13 +17,13 @@ use crate::config::MongoConfig;
 use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
 
 /// The offsets collection of a configuration.
-pub struct OffsetsAdmin {
+pub(crate) struct OffsetsAdmin {
     collection: Collection<Document>,
 }
 
 impl OffsetsAdmin {
     /// The offsets collection `[mongodb]` names.
-    pub fn new(client: &Client, mongodb: &MongoConfig) -> Self {
+    pub(crate) fn new(client: &Client, mongodb: &MongoConfig) -> Self {
         Self {
             collection: client
                 .database(&mongodb.offsets_database)
@@ -32,14 +32,14 @@ impl OffsetsAdmin {
     }
 
     /// The document of pipeline `name`, as stored.
-    pub async fn find(&self, name: &str) -> Result<Option<Document>, MongoError> {
+    pub(crate) async fn find(&self, name: &str) -> Result<Option<Document>, MongoError> {
         self.collection.find_one(doc! { fields::ID: name }).await
     }
 
     /// Stores a snapshot request for pipeline `name` (creating its document if it has none),
     /// without touching its epoch: the owner is not fenced, it picks the request up while it
     /// streams. A request already waiting is replaced.
-    pub async fn request_snapshot(
+    pub(crate) async fn request_snapshot(
         &self,
         name: &str,
         request: &crate::snapshot::Request,
@@ -60,7 +60,7 @@ impl OffsetsAdmin {
     }
 
     /// Every document, by pipeline name.
-    pub async fn list(&self) -> Result<Vec<Document>, MongoError> {
+    pub(crate) async fn list(&self) -> Result<Vec<Document>, MongoError> {
         use futures::TryStreamExt;
         self.collection
             .find(doc! {})
@@ -78,7 +78,7 @@ impl OffsetsAdmin {
     ///
     /// `before` is the document as read: its `commitSequence` is kept and its `resetSequence`
     /// raised, so an exactly-once pipeline's older progress record never wins over the reset.
-    pub async fn forget(
+    pub(crate) async fn forget(
         &self,
         name: &str,
         epoch: Option<i64>,
@@ -121,7 +121,7 @@ impl OffsetsAdmin {
     /// Moves `name` to cluster time `at` without a token ([`moved_to`]), increments the epoch
     /// (read as `epoch`; `None` creates the document) and ends the lease, recording `owner` as
     /// the writer. Whether the write applied (`false`: the document changed in between).
-    pub async fn move_to(
+    pub(crate) async fn move_to(
         &self,
         name: &str,
         epoch: Option<i64>,
@@ -168,7 +168,7 @@ impl OffsetsAdmin {
     /// Records `identity` as the stream `name`'s position belongs to, keeping the position,
     /// incrementing the epoch (read as `epoch`) and ending the lease, with `owner` as the
     /// writer. Whether the write applied (`false`: the document changed in between).
-    pub async fn accept_config(
+    pub(crate) async fn accept_config(
         &self,
         name: &str,
         epoch: Option<i64>,

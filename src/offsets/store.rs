@@ -80,13 +80,8 @@ impl OffsetsStore {
     }
 
     /// The pipeline's name.
-    pub fn pipeline(&self) -> &str {
+    pub(crate) fn pipeline(&self) -> &str {
         &self.pipeline
-    }
-
-    /// The configured stream identity.
-    pub fn identity(&self) -> &StreamIdentity {
-        &self.identity
     }
 
     /// The condition a take-over puts on the stored identity, after checking `current` against
@@ -110,7 +105,7 @@ impl OffsetsStore {
     /// of `leaseUntil` plus the lease. Shared by clones. The relay takes no new event after it
     /// (self-fencing: a paused or partitioned instance stops publishing before its successor's
     /// takeover could go unnoticed for long).
-    pub fn lease_valid_until(&self) -> Arc<AtomicI64> {
+    pub(crate) fn lease_valid_until(&self) -> Arc<AtomicI64> {
         Arc::clone(&self.lease_valid_until)
     }
 
@@ -160,7 +155,7 @@ impl OffsetsStore {
     }
 
     /// The stored document, if any (no ownership check).
-    pub async fn read(&self) -> Result<Option<OffsetsDoc>, BridgeError> {
+    pub(crate) async fn read(&self) -> Result<Option<OffsetsDoc>, BridgeError> {
         let found = self
             .collection
             .find_one(doc! { fields::ID: &self.pipeline })
@@ -291,7 +286,7 @@ impl OffsetsStore {
     }
 
     /// Reads the stored position again (on a restart) and checks we still own it.
-    pub async fn load(&self, epoch: i64) -> Result<OffsetsDoc, BridgeError> {
+    pub(crate) async fn load(&self, epoch: i64) -> Result<OffsetsDoc, BridgeError> {
         let offsets = self.read().await?.ok_or_else(|| {
             self.invalid("the document was deleted while the pipeline ran".to_owned())
         })?;
@@ -306,7 +301,7 @@ impl OffsetsStore {
 
     /// Ends the lease now (clean or fatal stop), so standbys, tools and `offsets reset` see no
     /// live owner.
-    pub async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
+    pub(crate) async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(
             epoch,
             doc! { "$set": { fields::LEASE_UNTIL: DateTime::now() } },

@@ -21,7 +21,7 @@ use crate::offsets::{OffsetsStore, StreamIdentity};
 
 /// Everything one pipeline needs.
 #[derive(Clone)]
-pub struct PipelineContext {
+pub(crate) struct PipelineContext {
     /// The whole config (for `[kafka]` and `[bridge]`).
     pub config: Arc<Config>,
     /// This pipeline's entry.
@@ -75,7 +75,7 @@ impl PipelineContext {
     /// producer only proves the configuration and is replaced after the take), with
     /// `batch.size` = `batch_cap` when given ([`Learned::batch_cap`]), and its
     /// `message.timeout.ms` default is at most `transaction.timeout.ms`.
-    pub fn new_sink(
+    pub(crate) fn new_sink(
         config: &Config,
         p: &PipelineConfig,
         metrics: &PipelineMetrics,

@@ -38,7 +38,7 @@ use crate::offsets::OffsetsStore;
 const GAP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a skip needs of its pipeline.
-pub struct Skip<'a> {
+pub(super) struct Skip<'a> {
     /// The pipeline's settings.
     pub pipeline: &'a PipelineConfig,
     /// `[kafka] topic_prefix`.
@@ -60,7 +60,7 @@ impl Skip<'_> {
     /// time), then moves the offsets there. `lost` is the history-loss error, for the reason.
     ///
     /// Errors: a marker's delivery error, a metadata timeout, the offsets write's error.
-    pub async fn run(&self, to: Timestamp, lost: &BridgeError) -> Result<(), BridgeError> {
+    pub(super) async fn run(&self, to: Timestamp, lost: &BridgeError) -> Result<(), BridgeError> {
         let p = self.pipeline;
         // History can be lost mid-run (a `getMore`), after this run committed more: skip from
         // the position committed last, re-read from the offsets document.
@@ -127,7 +127,7 @@ pub(super) async fn skip(
 }
 
 /// The marker document of `pipeline`, skipping from `from` to `to` because of `reason`.
-pub fn marker(
+pub(super) fn marker(
     pipeline: &str,
     from: Option<Timestamp>,
     to: Timestamp,

@@ -33,7 +33,7 @@ pub(super) const HEALTHY_RUN: Duration = Duration::from_secs(60);
 
 /// How a pipeline ended without stopping the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// Shutdown: it drained and committed.
     Stopped,
     /// Its configured stream differs from the one its position belongs to: it never ran, it is
@@ -48,7 +48,7 @@ pub enum Ended {
 
 /// Runs the pipeline until `cancel` fires (`Ok(Stopped)`), the configuration is refused
 /// (`Ok(Refused)`), or a failure the policy stops on (`Err`).
-pub async fn run(
+pub(crate) async fn run(
     mut ctx: PipelineContext,
     cancel: CancellationToken,
 ) -> Result<Ended, BridgeError> {
@@ -239,7 +239,7 @@ fn renew_producer(ctx: &mut PipelineContext, error: &BridgeError) -> Result<(), 
     Ok(())
 }
 
-/// What the run's end taught about the topics ([`Learned`]); `true` when the next run starts
+/// What the run's end taught about the topics ([`Learned`](crate::kafka::limits::Learned)); `true` when the next run starts
 /// at once: a topic accepts smaller batches than the producer builds, and nothing of it was
 /// enqueued, so a producer that batches less runs without a backoff.
 ///

@@ -25,7 +25,7 @@ use crate::offsets::OffsetsStore;
 
 /// The next step of a pipeline whose run ended with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Restart from the committed position after a capped, jittered backoff.
     Restart,
     /// Reopen the stream at once, after the `invalidate` (`startAfter` its token).
@@ -44,14 +44,14 @@ pub enum Action {
 
 /// Consecutive failed runs of a pipeline whose errors need an operator.
 #[derive(Debug, Clone, Copy)]
-pub struct Attempts {
+pub(crate) struct Attempts {
     persistent: u32,
     limit: u32,
 }
 
 impl Attempts {
     /// No failure yet; `limit` is `[bridge] persistent_error_attempts`.
-    pub fn new(limit: u32) -> Self {
+    pub(crate) fn new(limit: u32) -> Self {
         Self {
             persistent: 0,
             limit: limit.max(1),
@@ -59,18 +59,18 @@ impl Attempts {
     }
 
     /// A run lasted long enough to count as healthy: the count starts again.
-    pub fn healthy_run(&mut self) {
+    pub(crate) fn healthy_run(&mut self) {
         self.persistent = 0;
     }
 
     /// Consecutive persistent failures so far.
-    pub fn persistent(&self) -> u32 {
+    pub(crate) fn persistent(&self) -> u32 {
         self.persistent
     }
 }
 
 /// The next step after `error`, for a pipeline whose history-loss policy is `on_history_lost`.
-pub fn decide(
+pub(crate) fn decide(
     error: &BridgeError,
     on_history_lost: OnHistoryLost,
     attempts: &mut Attempts,
@@ -170,7 +170,7 @@ async fn coordinator_or_owner(
 }
 
 /// Full-jitter exponential backoff: uniform in `[50 ms, min(cap, 100 ms × 2^attempt)]`.
-pub fn backoff(attempt: u32, cap_ms: u64) -> Duration {
+pub(crate) fn backoff(attempt: u32, cap_ms: u64) -> Duration {
     let ceiling = 100u64
         .saturating_mul(1u64 << attempt.min(20))
         .clamp(50, cap_ms.max(50));

@@ -64,10 +64,10 @@ use crate::offsets::exactly_once::{ProgressKey, Sequences, position_fields};
 
 /// How long before `transaction.timeout.ms` a Kafka transaction waiting for the end of a
 /// MongoDB transaction is aborted: room for the drain and the commit itself.
-pub const MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const MARGIN: Duration = Duration::from_secs(5);
 
 /// An exactly-once relay's transaction state.
-pub struct Transactions {
+pub(crate) struct Transactions {
     progress_topic: Arc<str>,
     key: Vec<u8>,
     owner: ProgressKey,
@@ -95,7 +95,7 @@ struct Open {
 }
 
 /// What [`Transactions::new`] takes.
-pub struct TransactionSettings {
+pub(crate) struct TransactionSettings {
     /// `__mongo_kafka_bridge.<offsets_database>.progress`.
     pub progress_topic: String,
     /// Whose progress records the transactions write.
@@ -116,7 +116,7 @@ pub struct TransactionSettings {
 
 impl Transactions {
     /// The state of a run that starts with no transaction open.
-    pub fn new(s: TransactionSettings, metrics: TransactionMetrics) -> Self {
+    pub(crate) fn new(s: TransactionSettings, metrics: TransactionMetrics) -> Self {
         Self {
             progress_topic: Arc::from(s.progress_topic.as_str()),
             key: s.owner.bytes(),
@@ -134,7 +134,7 @@ impl Transactions {
     }
 
     /// Whether a transaction is open.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open.is_some()
     }
 

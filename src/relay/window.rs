@@ -36,7 +36,7 @@ use futures::stream::FuturesOrdered;
 
 /// What a completed entry yields: its position and the bytes it held.
 #[derive(Debug)]
-pub struct Completed<T> {
+pub(crate) struct Completed<T> {
     /// The entry's position.
     pub position: T,
     /// Bytes released from the in-flight budget.
@@ -46,7 +46,7 @@ pub struct Completed<T> {
 }
 
 /// Ordered in-flight entries with count and byte accounting.
-pub struct OrderedWindow<T, E> {
+pub(crate) struct OrderedWindow<T, E> {
     entries: FuturesOrdered<BoxFuture<'static, Result<Completed<T>, E>>>,
     pushed_at: VecDeque<Instant>,
     events: usize,
@@ -61,7 +61,7 @@ impl<T: Send + 'static, E: Send + 'static> Default for OrderedWindow<T, E> {
 
 impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     /// An empty window.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             entries: FuturesOrdered::new(),
             pushed_at: VecDeque::new(),
@@ -72,7 +72,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
 
     /// Appends an event entry holding `bytes` whose `future` resolves when all its records are
     /// delivered (`Ok(position)`) or one failed (`Err`).
-    pub fn push_event(
+    pub(crate) fn push_event(
         &mut self,
         bytes: usize,
         future: impl Future<Output = Result<T, E>> + Send + 'static,
@@ -90,7 +90,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     }
 
     /// Appends a position that is complete as soon as everything before it is.
-    pub fn push_watermark(&mut self, position: T) {
+    pub(crate) fn push_watermark(&mut self, position: T) {
         self.pushed_at.push_back(Instant::now());
         self.entries
             .push_back(Box::pin(futures::future::ready(Ok(Completed {
@@ -101,7 +101,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     }
 
     /// Waits for the head entry; `None` when the window is empty. Cancel-safe.
-    pub async fn next(&mut self) -> Option<Result<Completed<T>, E>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Completed<T>, E>> {
         let out = self.entries.next().await?;
         self.pushed_at.pop_front();
         if let Ok(done) = &out
@@ -114,22 +114,22 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
     }
 
     /// Number of event entries in flight.
-    pub fn events(&self) -> usize {
+    pub(crate) fn events(&self) -> usize {
         self.events
     }
 
     /// Bytes of event entries in flight.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Whether nothing is in flight.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// When the oldest entry still in the window was pushed.
-    pub fn oldest(&self) -> Option<Instant> {
+    pub(crate) fn oldest(&self) -> Option<Instant> {
         self.pushed_at.front().copied()
     }
 }

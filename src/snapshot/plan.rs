@@ -21,7 +21,7 @@ pub(crate) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
 /// `offsets`: where the bridge's own collections are.
 ///
 /// Errors: the driver's (listing databases or collections).
-pub async fn namespaces(
+pub(crate) async fn namespaces(
     client: &Client,
     p: &PipelineConfig,
     offsets: &OffsetsLocation,
@@ -76,7 +76,7 @@ async fn collections(client: &Client, db: &str) -> Result<Vec<String>, mongodb::
 /// The shard key's field names of `db.coll`, in the key pattern's order, when it is sharded
 /// (`config.collections`); `None` when it is not, or when `config` cannot be read (a replica
 /// set has no sharded collections).
-pub async fn shard_key(client: &Client, db: &str, coll: &str) -> Option<Vec<String>> {
+pub(crate) async fn shard_key(client: &Client, db: &str, coll: &str) -> Option<Vec<String>> {
     let found = client
         .database("config")
         .collection::<Document>("collections")

@@ -28,7 +28,7 @@ use crate::snapshot::sequence::{Sequencer, Slot};
 use crate::snapshot::{CopyTarget, Marker, NamespaceCopy, Request, SnapshotState, plan};
 
 /// What a copy needs besides the stream.
-pub struct Copier {
+pub(crate) struct Copier {
     /// The MongoDB client.
     pub client: Client,
     /// The pipeline's settings.
@@ -41,7 +41,7 @@ pub struct Copier {
 
 /// A snapshot to run.
 #[derive(Debug, Clone)]
-pub enum Job {
+pub(crate) enum Job {
     /// Continue the committed one.
     Resume(SnapshotState),
     /// Start one for this request.

@@ -29,7 +29,7 @@ use crate::snapshot::Request;
 
 /// The source → relay channel: items in read order, and a byte budget (a semaphore whose permits
 /// are bytes) so raw events waiting for the relay stay bounded in bytes, not only in count.
-pub struct Channel {
+pub(crate) struct Channel {
     /// Items in read order.
     pub tx: mpsc::Sender<SourceItem>,
     /// Permits = bytes of raw events sent and not yet enqueued by the relay.
@@ -42,7 +42,7 @@ impl Channel {
     /// Sends `item`, after taking its bytes from the budget for an event or a copied document.
     /// `false` when `cancel` fired or the relay is gone (the item is dropped: it was not
     /// delivered, so it is read again after a restart).
-    pub async fn send(&self, mut item: SourceItem, cancel: &CancellationToken) -> bool {
+    pub(crate) async fn send(&self, mut item: SourceItem, cancel: &CancellationToken) -> bool {
         let raw_len = match &item {
             SourceItem::Event { raw, .. } | SourceItem::Copy { raw, .. } => {
                 Some(raw.as_bytes().len())
@@ -75,7 +75,7 @@ impl Channel {
 /// Reads a change stream one `next_if_any` at a time: reassembles split events, and turns an
 /// empty batch's post-batch resume token into a [`SourceItem::Watermark`] (never the same token
 /// twice in a row, never while a split event is partly read).
-pub struct StreamReader {
+pub(crate) struct StreamReader {
     pipeline: String,
     stream: RawStream,
     split: Reassembler,
@@ -84,7 +84,7 @@ pub struct StreamReader {
 
 impl StreamReader {
     /// A reader of `stream` for `pipeline`.
-    pub fn new(pipeline: &str, stream: RawStream) -> Self {
+    pub(crate) fn new(pipeline: &str, stream: RawStream) -> Self {
         Self {
             pipeline: pipeline.to_owned(),
             stream,
@@ -98,7 +98,7 @@ impl StreamReader {
     /// not): keep the future until it completes, or drop the reader.
     ///
     /// Errors: the stream's, a split event that cannot be reassembled, a closed stream.
-    pub async fn next(&mut self) -> Result<Option<SourceItem>, BridgeError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<SourceItem>, BridgeError> {
         let pipeline = || self.pipeline.clone();
         let next = self.stream.next_if_any().await;
         let item = match next {
@@ -148,7 +148,7 @@ impl StreamReader {
     }
 
     /// [`StreamReader::next`] in a future that owns the reader and gives it back.
-    pub async fn next_owned(mut self) -> (Self, Result<Option<SourceItem>, BridgeError>) {
+    pub(crate) async fn next_owned(mut self) -> (Self, Result<Option<SourceItem>, BridgeError>) {
         let next = self.next().await;
         (self, next)
     }
@@ -157,7 +157,7 @@ impl StreamReader {
 /// Reads the stream into `channel` until `cancel` fires or the relay is gone (`Ok(None)`), a
 /// snapshot request arrives on `requests` (`Ok(Some(request))`, checked between reads), or the
 /// stream fails.
-pub async fn run(
+pub(crate) async fn run(
     reader: &mut StreamReader,
     channel: &Channel,
     cancel: &CancellationToken,

@@ -1,11 +1,11 @@
 //! The source task of a pipeline with a snapshot: the change stream and the copy cursors read
-//! by one task, their items ordered by [`Sequencer`] into the one channel to the relay.
+//! by one task, their items ordered by [`Sequencer`](crate::snapshot::sequence::Sequencer) into the one channel to the relay.
 //!
 //! Interleaving policy (which source gets capacity when both have work): both are always in
 //! flight. Each namespace being copied (at most `snapshot_parallelism`) has one request
 //! outstanding, and the stream has one `getMore` outstanding for as long as fewer than
 //! [`HOLD_ITEMS`] of its items wait behind an unanswered copy request. Items enter the channel
-//! in [`Sequencer`] order as soon as nothing before them waits, so neither starves the other:
+//! in [`Sequencer`](crate::snapshot::sequence::Sequencer) order as soon as nothing before them waits, so neither starves the other:
 //! the stream's position keeps advancing during a copy that lasts longer than the oplog
 //! window, and a busy stream delays a copy batch by at most [`HOLD_ITEMS`] items.
 //!
@@ -38,7 +38,7 @@ type StreamRead = (StreamReader, Result<Option<SourceItem>, BridgeError>);
 /// arriving on `requests`), until `cancel` fires or the relay is gone.
 ///
 /// Errors: the stream's and the copy's (see [`BridgeError::Copy`]).
-pub async fn stage(
+pub(crate) async fn stage(
     reader: StreamReader,
     channel: Channel,
     cancel: CancellationToken,

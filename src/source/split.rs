@@ -20,7 +20,7 @@ pub const SPLIT_STAGE: &str = "$changeStreamSplitLargeEvent";
 
 /// Collects the fragments of one split event at a time.
 #[derive(Debug, Default)]
-pub struct Reassembler {
+pub(crate) struct Reassembler {
     parts: Vec<RawDocumentBuf>,
     of: i64,
 }
@@ -37,12 +37,15 @@ fn split_info(raw: &RawDocument) -> Option<(i64, i64)> {
 
 impl Reassembler {
     /// Whether fragments are waiting for the rest of their event.
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         !self.parts.is_empty()
     }
 
     /// Takes one event or fragment; returns a whole event when one is complete.
-    pub fn push(&mut self, raw: RawDocumentBuf) -> Result<Option<RawDocumentBuf>, SplitError> {
+    pub(crate) fn push(
+        &mut self,
+        raw: RawDocumentBuf,
+    ) -> Result<Option<RawDocumentBuf>, SplitError> {
         let expected = self.parts.len() as i64 + 1;
         let Some((fragment, of)) = split_info(&raw) else {
             if self.is_pending() {

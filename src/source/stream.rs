@@ -29,7 +29,7 @@ use crate::source::split::SPLIT_STAGE;
 /// What a pipeline's change stream is: the pipeline's settings, and the bridge's own collection
 /// that the stream must leave out.
 #[derive(Debug, Clone, Copy)]
-pub struct StreamSpec<'a> {
+pub(crate) struct StreamSpec<'a> {
     /// The pipeline's settings.
     pub pipeline: &'a PipelineConfig,
     /// Where the offsets live (`[mongodb] offsets_database` and `offsets_collection`).
@@ -40,7 +40,7 @@ pub struct StreamSpec<'a> {
 
 /// Where a change stream starts.
 #[derive(Debug, Clone)]
-pub enum Start {
+pub(crate) enum Start {
     /// `startAfter` this token (the committed position).
     After(ResumeToken),
     /// `startAtOperationTime`.
@@ -86,7 +86,7 @@ struct TokenRef<'a> {
 
 /// The stages of the pipeline's stream: the exclusion of the bridge's own collections
 /// ([`OffsetsLocation::own_collections`]) when the scope covers them, then the user's stages.
-pub fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
+pub(crate) fn stages(spec: &StreamSpec<'_>) -> Vec<bson::Document> {
     let p = spec.pipeline;
     let db = spec.offsets.database.as_str();
     let covers_offsets = match (&p.database, &p.collection) {
@@ -133,7 +133,7 @@ fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStre
 /// Opens the change stream of `p` with `$changeStreamSplitLargeEvent` appended, so events over
 /// 16 MB arrive as fragments (see [`super::split`]); on a server that does not know the stage
 /// (code 40324, MongoDB < 7.0) opens it without. Returns the stream and whether it splits.
-pub async fn open_splitting(
+pub(crate) async fn open_splitting(
     client: &Client,
     spec: &StreamSpec<'_>,
     start: &Start,
@@ -156,7 +156,7 @@ pub async fn open_splitting(
 /// time-series collection, which MongoDB refuses with `CommandNotSupportedOnView` 166, case
 /// C23), from `listCollections`; `None` when it can be, does not exist (yet), or the server
 /// does not answer (the stream's own `aggregate` then decides).
-pub async fn unwatchable(client: &Client, p: &PipelineConfig) -> Option<String> {
+pub(crate) async fn unwatchable(client: &Client, p: &PipelineConfig) -> Option<String> {
     let (Some(db), Some(coll)) = (&p.database, &p.collection) else {
         return None;
     };
@@ -190,7 +190,7 @@ pub async fn unwatchable(client: &Client, p: &PipelineConfig) -> Option<String> 
 /// Opens the change stream of `p` at its scope (collection, database or deployment).
 ///
 /// Errors: the driver's error (auth, invalid stage, history lost, network), unclassified.
-pub async fn open(
+pub(crate) async fn open(
     client: &Client,
     spec: &StreamSpec<'_>,
     start: &Start,

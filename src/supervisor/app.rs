@@ -8,7 +8,7 @@
 //! - A fatal error in one pipeline cancels the others, which drain, flush, commit their safe
 //!   positions and release their leases before the process exits non-zero.
 //! - With `[bridge] group_id`, the pipelines run where the group assigns them
-//!   ([`crate::supervisor::group`]); without, every pipeline runs here (standing by while another instance
+//!   (`crate::supervisor::group`); without, every pipeline runs here (standing by while another instance
 //!   owns it).
 //! - A pipeline task that panics is an error ([`BridgeError::TaskPanicked`]), never a clean stop.
 //! - Shutdown (the `shutdown` future, or [`Bridge::shutdown`]) marks the process not ready first,

@@ -82,7 +82,7 @@ struct Supervisor {
 /// Errors: the first fatal pipeline error; [`BridgeError::Group`] when the membership cannot be
 /// set up (the slots and the control topic are retried until `cancel`; a consumer librdkafka
 /// refuses is not).
-pub async fn run(
+pub(crate) async fn run(
     templates: Vec<PipelineContext>,
     health: Arc<Health>,
     metrics: GroupMetrics,

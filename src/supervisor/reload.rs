@@ -84,11 +84,11 @@ pub fn plan(old: &Config, new: &Config) -> Result<Plan, String> {
 
 /// A change handed to the supervisor: pipelines to stop for good, and the contexts of the
 /// added and changed ones (a changed one is stopped, then started from its new context).
-pub struct Reload {
+pub(crate) struct Reload {
     /// Pipelines to stop and forget.
-    pub removed: Vec<String>,
+    pub(crate) removed: Vec<String>,
     /// Contexts of the added and changed pipelines.
-    pub contexts: Vec<PipelineContext>,
+    pub(crate) contexts: Vec<PipelineContext>,
 }
 
 /// What a reload needs to build pipeline contexts like the start did.

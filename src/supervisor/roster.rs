@@ -26,7 +26,7 @@ use crate::error::BridgeError;
 use crate::pipeline::{self, Ended, PipelineContext};
 
 /// How much longer than `shutdown_timeout_ms` a stop waits for its pipelines.
-pub const STOP_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// A run's outcome with its name.
 type Outcome = (String, Result<Ended, BridgeError>);
@@ -39,7 +39,7 @@ struct Running {
 }
 
 /// How a run ended.
-pub struct End {
+pub(crate) struct End {
     /// The pipeline.
     pub name: String,
     /// It ended while still listed (not stopped by the roster).
@@ -49,7 +49,7 @@ pub struct End {
 }
 
 /// The running pipelines.
-pub struct Roster {
+pub(crate) struct Roster {
     running: HashMap<String, Running>,
     tasks: JoinSet<Outcome>,
     task_names: HashMap<tokio::task::Id, String>,
@@ -60,7 +60,7 @@ pub struct Roster {
 impl Roster {
     /// An empty roster whose runs are children of `cancel`; a stop waits up to
     /// `shutdown_timeout_ms` + [`STOP_GRACE`].
-    pub fn new(cancel: CancellationToken, shutdown_timeout_ms: u64) -> Self {
+    pub(crate) fn new(cancel: CancellationToken, shutdown_timeout_ms: u64) -> Self {
         Self {
             running: HashMap::new(),
             tasks: JoinSet::new(),
@@ -72,7 +72,7 @@ impl Roster {
 
     /// Runs `ctx`'s pipeline (tagged with the group `slot`, if any), after stopping a run of
     /// the same name that is still listed.
-    pub async fn start(&mut self, ctx: PipelineContext, slot: Option<i32>) {
+    pub(crate) async fn start(&mut self, ctx: PipelineContext, slot: Option<i32>) {
         let name = ctx.pipeline.name.clone();
         if self.running.contains_key(&name) {
             self.stop(std::slice::from_ref(&name)).await;
@@ -102,14 +102,14 @@ impl Roster {
     }
 
     /// The listed pipelines (sorted).
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.running.keys().cloned().collect();
         names.sort();
         names
     }
 
     /// The listed pipelines tagged with one of `slots`.
-    pub fn with_slots(&self, slots: &[i32]) -> Vec<String> {
+    pub(crate) fn with_slots(&self, slots: &[i32]) -> Vec<String> {
         let mut names: Vec<String> = self
             .running
             .iter()
@@ -121,17 +121,17 @@ impl Roster {
     }
 
     /// How many runs are listed.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.running.len()
     }
 
     /// Whether none is listed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.running.is_empty()
     }
 
     /// Stops the named runs and waits (one bound for all) until they stopped.
-    pub async fn stop(&mut self, names: &[String]) {
+    pub(crate) async fn stop(&mut self, names: &[String]) {
         let mut waits = Vec::new();
         for name in names {
             if let Some(r) = self.running.remove(name) {
@@ -147,7 +147,7 @@ impl Roster {
     }
 
     /// The next run that ended; pends forever while no task runs (for `select!`).
-    pub async fn next_end(&mut self) -> End {
+    pub(crate) async fn next_end(&mut self) -> End {
         let Some(joined) = self.tasks.join_next_with_id().await else {
             return std::future::pending().await;
         };
@@ -184,7 +184,7 @@ impl Roster {
     /// it (e.g. waiting on a server that stopped answering) is aborted, like a crash (its lease
     /// lapses; its epoch fences it). The outcomes of those that ended by themselves meanwhile are
     /// dropped (the caller is stopping anyway).
-    pub async fn stop_all(&mut self) {
+    pub(crate) async fn stop_all(&mut self) {
         self.cancel.cancel();
         let names = self.names();
         self.stop(&names).await;

@@ -84,7 +84,7 @@ fn malformed_bson_is_an_error() {
 #[test]
 fn a_document_event_without_document_key_is_an_error_not_a_shared_key() {
     // GIVEN an insert whose documentKey a user stage removed
-    let config = crate::Config::from_toml(
+    let config = crate::config::Config::from_toml(
         "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
          [[pipelines]]\nname = \"p\"\ndatabase = \"shop\"\n",
         std::iter::empty(),

@@ -101,7 +101,7 @@ impl TopicMetrics {
         }
     }
     /// Counts a delivery error with a bounded `error_code` (librdkafka code name).
-    pub fn delivery_error(&self, error_code: &str) {
+    pub(crate) fn delivery_error(&self, error_code: &str) {
         self.family
             .delivery
             .delivery_errors
@@ -162,7 +162,7 @@ impl PipelineMetrics {
         Arc::clone(handles)
     }
     /// Counts one event read of `operation_type`.
-    pub fn event_read(&self, operation_type: &str) {
+    pub(crate) fn event_read(&self, operation_type: &str) {
         let resolve = || {
             self.family
                 .source
@@ -176,7 +176,7 @@ impl PipelineMetrics {
     }
     /// Observes the end-to-end latency of an event just delivered: now minus its `wallTime`
     /// (ms since the Unix epoch), else minus its `clusterTime` (second resolution).
-    pub fn end_to_end(&self, wall_time_ms: Option<i64>, cluster_time: Option<Timestamp>) {
+    pub(crate) fn end_to_end(&self, wall_time_ms: Option<i64>, cluster_time: Option<Timestamp>) {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let at_ms = wall_time_ms.or(cluster_time.map(|t| i64::from(t.time) * 1000));
         if let Some(at_ms) = at_ms {
@@ -235,7 +235,7 @@ impl PipelineMetrics {
     }
 
     /// The librdkafka statistics series of this pipeline's producer.
-    pub fn rdkafka_gauges(&self) -> RdkafkaGauges {
+    pub(crate) fn rdkafka_gauges(&self) -> RdkafkaGauges {
         self.family.rdkafka.for_pipeline(&self.name)
     }
 

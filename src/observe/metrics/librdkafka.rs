@@ -88,7 +88,7 @@ impl RdkafkaGauges {
     }
 
     /// Counts `retries` more produce request retries.
-    pub fn add_retries(&self, retries: u64) {
+    pub(crate) fn add_retries(&self, retries: u64) {
         self.retries.inc_by(retries);
     }
 }

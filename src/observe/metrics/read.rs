@@ -9,7 +9,7 @@ use super::names::{
 
 /// The sum of every sample of family `name` whose labels include all of `labels`
 /// (counters, gauges; a histogram's sample count). `None` when no sample matches.
-pub fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let family = families.iter().find(|f| f.name() == name)?;
     let mut total = None;
     for m in family.get_metric() {
@@ -34,7 +34,7 @@ pub fn sum(families: &[MetricFamily], name: &str, labels: &[(&str, &str)]) -> Op
 
 /// What the terminal status shows for one pipeline.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PipelineSnapshot {
+pub(crate) struct PipelineSnapshot {
     /// Change events read so far.
     pub events: f64,
     /// Events enqueued and not yet delivered.
@@ -55,7 +55,7 @@ pub struct PipelineSnapshot {
 
 impl PipelineSnapshot {
     /// Reads pipeline `name`'s values from `families`.
-    pub fn read(families: &[MetricFamily], name: &str) -> Self {
+    pub(crate) fn read(families: &[MetricFamily], name: &str) -> Self {
         let p = [("pipeline", name)];
         let get = |metric: &str| sum(families, metric, &p);
         Self {

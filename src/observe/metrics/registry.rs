@@ -90,7 +90,7 @@ impl Metrics {
 
     /// The Kafka transaction handles of pipeline `name` (exactly-once pipelines only, so
     /// at-least-once ones export no transaction series).
-    pub fn transactions(&self, name: &str) -> TransactionMetrics {
+    pub(crate) fn transactions(&self, name: &str) -> TransactionMetrics {
         self.transactions.pipeline(name)
     }
 
@@ -102,7 +102,7 @@ impl Metrics {
 
     /// Stores the oldest and newest oplog entry times (Unix seconds) the server reported, or
     /// `None` when it could not tell: then the history series are absent.
-    pub fn set_history(&self, oplog: Option<(f64, f64)>) {
+    pub(crate) fn set_history(&self, oplog: Option<(f64, f64)>) {
         *self.oplog.lock().unwrap_or_else(|e| e.into_inner()) = oplog;
     }
 
@@ -148,7 +148,7 @@ impl Metrics {
 
     /// Every family's current samples (for the terminal status), without the series of
     /// retired pipelines.
-    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+    pub(crate) fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.refresh();
         let mut families = self.registry.gather();
         let retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,7 +175,7 @@ impl Metrics {
 
     /// Stops (`true`) or resumes (`false`) exporting the series of pipeline `name` (a reload
     /// removed or added it).
-    pub fn retire(&self, name: &str, retired: bool) {
+    pub(crate) fn retire(&self, name: &str, retired: bool) {
         let mut set = self.retired.lock().unwrap_or_else(|e| e.into_inner());
         if retired {
             set.insert(name.to_owned());
