@@ -8,6 +8,9 @@
 //! `cargo bench --bench encode` (add `-- --quick` for a short run). Under
 //! `cargo test --all-targets` every case runs once as a smoke test.
 
+// A binary exports nothing: the library's lints on public items (Cargo.toml) do not apply.
+#![allow(unreachable_pub, missing_docs)]
+
 use std::hint::black_box;
 use std::path::Path;
 

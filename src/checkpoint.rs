@@ -1,12 +1,12 @@
 //! The checkpointer task: writes the relay's delivered state (stream position and snapshot
-//! progress) to the offsets document every `commit_interval_ms` while it moves, renews the
+//! state) to the offsets document every `commit_interval_ms` while it moves, renews the
 //! lease while it does not, makes a final commit when the relay drops its sender, and tells
 //! the source about snapshot requests.
 //!
 //! Invariants:
 //! - Only states the relay published are written, in the order published (`watch` keeps the
 //!   latest; every one of them ends a delivered prefix, see `window.rs`), so the committed
-//!   position and copy progress never pass an undelivered record and never regress.
+//!   position and copy state never pass an undelivered record and never regress.
 //! - The first failed write ends the task with its error (a fenced owner writes nothing more).
 //! - A snapshot request (`snapshot` command, stored while this owner runs) reaches the source
 //!   within [`REQUEST_POLL`]; the request a snapshot answers is removed once that snapshot's
@@ -19,18 +19,18 @@ use tokio::sync::watch;
 
 use crate::error::BridgeError;
 use crate::event::Safe;
-use crate::metrics::PipelineMetrics;
+use crate::observe::metrics::PipelineMetrics;
 use crate::offsets::OffsetsStore;
-use crate::snapshot::{Progress, Request};
+use crate::snapshot::{Request, SharedState};
 
 /// How often the offsets document is read for a snapshot request.
-pub const REQUEST_POLL: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_POLL: Duration = Duration::from_secs(5);
 
 /// Writes `safe` states of epoch `epoch` every `interval`, and feeds `requests`; returns once
 /// the relay closed the channel and the final commit succeeded.
 ///
 /// Errors: the first failed write ([`BridgeError::Fenced`] when another instance took over).
-pub async fn run(
+pub(crate) async fn run(
     store: OffsetsStore,
     epoch: i64,
     mut safe: watch::Receiver<Safe>,
@@ -39,7 +39,7 @@ pub async fn run(
     requests: watch::Sender<Option<Request>>,
 ) -> Result<(), BridgeError> {
     let mut committed_events = 0;
-    let mut committed_snapshot: Option<Progress> = None;
+    let mut committed_snapshot: Option<SharedState> = None;
     let mut consumed: Option<String> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,4 +1,7 @@
-//! Change event → Kafka records: topic, key, value, headers. Pure, no I/O.
+//! Stage 2, the encoder: change event → Kafka records: topic (`topics`), key and value in
+//! each `format` (`format.rs`), headers (`headers`), the dead-letter stubs that stand for
+//! what cannot be written (`dead_letter`), and a snapshot's records (`snapshot.rs`). Pure, no
+//! I/O.
 //!
 //! The record format is a public contract (README, "Record format"):
 //! - **Key**: the event's `documentKey`, whole and in the server's field order, as compact
@@ -13,7 +16,7 @@
 //! - **Tombstone**: with `tombstones = true` and `value = "change_event"`, a delete yields a second
 //!   record with the same key and a null value. In `document` mode the delete record *is* the
 //!   tombstone. The relay commits an event only once all of its records are delivered.
-//! - **Headers**: see [`headers`]; `mongo.format` names each value's encoding.
+//! - **Headers**: see `headers`; `mongo.format` names each value's encoding.
 //! - **What JSON cannot carry** (an ambiguous document, invalid UTF-8; see `extjson`) is never
 //!   written as JSON: `on_ambiguous` stops the pipeline (`fail`), replaces the event's records by
 //!   a dead-letter stub (`dead_letter`), or writes that one event as BSON (`bson`).
@@ -24,48 +27,22 @@ use std::sync::Arc;
 use bson::RawDocument;
 
 use crate::config::{Format, OnAmbiguous, PipelineConfig, ValueMode};
+use crate::error::encode::{EncodeError, Unrepresentable};
 use crate::event::ChangeEventView;
 use crate::extjson::{JsonMode, Utf8};
-use crate::kafka::dead_letter::{self, Refused};
-use crate::kafka::topics;
 
+pub(crate) mod dead_letter;
 mod format;
-pub mod headers;
+pub(crate) mod headers;
+pub(crate) mod record;
 mod snapshot;
+pub(crate) mod topics;
 
-pub use format::Unrepresentable;
+use dead_letter::Refused;
 pub(crate) use format::lossy_json;
 use format::{Failed, key_bytes, key_document, value_bytes};
-pub use headers::{HEADER_NAMES, format_header, header_name, operation_type};
-
-/// One Kafka record, ready to enqueue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    /// Target topic.
-    pub topic: Arc<str>,
-    /// Key bytes (UTF-8 canonical Extended JSON).
-    pub key: Vec<u8>,
-    /// Value bytes (UTF-8 Extended JSON), `None` for a tombstone.
-    pub value: Option<Vec<u8>>,
-    /// Header names and UTF-8 values.
-    pub headers: Vec<(&'static str, Vec<u8>)>,
-    /// An explicit partition (markers go to every partition); `None`: the key decides.
-    pub partition: Option<i32>,
-}
-
-impl Record {
-    /// Bytes this record holds in the producer queue (key + value + headers), for the in-flight
-    /// byte budget.
-    pub fn size(&self) -> usize {
-        self.key.len()
-            + self.value.as_ref().map_or(0, Vec::len)
-            + self
-                .headers
-                .iter()
-                .map(|(n, v)| n.len() + v.len())
-                .sum::<usize>()
-    }
-}
+pub(crate) use headers::{format_header, header_name, operation_type};
+pub use record::Record;
 
 /// The records of one change event plus what the relay needs to know about it.
 #[derive(Debug)]
@@ -83,7 +60,7 @@ pub struct EncodedEvent {
     /// Set when `on_ambiguous` diverted the event: its records are a stub or BSON.
     pub diverted: Option<Diversion>,
     /// The MongoDB transaction the event belongs to (`lsid` and `txnNumber`), if any.
-    pub transaction: Option<crate::event::MongoTransaction>,
+    pub(crate) txn: Option<crate::event::TxnId>,
 }
 
 /// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,
@@ -102,39 +79,6 @@ pub struct Diversion {
     pub outcome: &'static str,
     /// Where and why.
     pub problem: Unrepresentable,
-}
-
-/// Why an event could not be encoded. The bridge never drops such an event: it stops.
-#[derive(Debug, thiserror::Error)]
-pub enum EncodeError {
-    /// The server sent BSON the encoder could not read.
-    #[error("malformed change event: {0}")]
-    Malformed(String),
-    /// The event has no `_id` (resume token): the pipeline removed it, which MongoDB forbids.
-    #[error("change event has no _id (resume token); do not $project it away in `pipeline`")]
-    MissingToken,
-    /// A document event (insert, update, replace, delete) has no `documentKey`: the user's
-    /// pipeline removed it. Keying it otherwise would merge distinct documents on one key.
-    #[error(
-        "{0} event has no documentKey; the `pipeline` stages must keep it (it is the record key)"
-    )]
-    MissingDocumentKey(String),
-    /// `on_ambiguous = "fail"` and JSON cannot carry the event exactly.
-    #[error(
-        "the event of document {key} cannot be written as Extended JSON exactly: field {path:?}: \
-         {reason}. Remedy: set on_ambiguous = \"bson\" (that event is published as BSON) or \
-         \"dead_letter\" (a stub goes to dead_letter_topic), or format = \"bson\" for every \
-         event{utf8}",
-        path = problem.path, reason = problem.reason
-    )]
-    Unrepresentable {
-        /// The document key, as canonical Extended JSON as best it can be written.
-        key: String,
-        /// Where and why.
-        problem: Unrepresentable,
-        /// A hint for invalid UTF-8.
-        utf8: &'static str,
-    },
 }
 
 /// Encodes the events of one pipeline.
@@ -244,7 +188,7 @@ impl RecordEncoder {
             cluster_time: view.cluster_time,
             wall_time_ms: view.wall_time_ms,
             diverted,
-            transaction: crate::event::MongoTransaction::of(&view),
+            txn: crate::event::TxnId::of(&view),
         })
     }
 
@@ -396,8 +340,6 @@ impl RecordEncoder {
 }
 
 #[cfg(test)]
-#[path = "encode_format_tests.rs"]
 mod format_tests;
 #[cfg(test)]
-#[path = "encode_tests.rs"]
 mod tests;

@@ -1,10 +1,14 @@
 //! The bridge's error type, and the rooms that decide what an error means.
 //!
-//! - [`classify`]: MongoDB and Kafka error codes, labels and kinds → an [`ErrorClass`]. The only
-//!   place that inspects error codes.
-//! - [`policy`]: error → the pipeline's next [`policy::Action`] (restart, reopen, skip the lost
-//!   history, stand by, stop). The only place that decides what a pipeline does after a failure.
-//! - [`report`]: one-line descriptions of errors for logs, with secrets redacted.
+//! - `classify`: MongoDB and Kafka error codes, labels and kinds → an [`ErrorClass`]
+//!   ([`BridgeError::class`]). The only place that inspects error codes.
+//! - `report`: one-line descriptions of errors for logs, with secrets redacted; the bounded
+//!   metric label ([`BridgeError::kind`]) and the operator's remedy ([`BridgeError::remedy`]).
+//! - [`encode`], [`split`]: the errors of one change event (it cannot be encoded, its fragments
+//!   do not form one event), defined here so that [`BridgeError`] can carry them.
+//!
+//! What a pipeline *does* after a failure is decided next to the lifecycle that applies it
+//! (`pipeline/policy.rs`).
 //!
 //! Invariants:
 //! - MongoDB server errors are classified by error code and error label, never by message text
@@ -17,15 +21,16 @@ use mongodb::error::Error as MongoError;
 use rdkafka::error::KafkaError;
 
 mod classify;
-pub mod policy;
+pub mod encode;
 mod report;
+pub mod split;
 
-pub use classify::{
-    CODE_CHANGE_STREAM_FATAL, CODE_DUPLICATE_KEY, CODE_HISTORY_LOST, CODE_UNAUTHORIZED,
-    CODE_UNKNOWN_STAGE, classify_kafka, classify_mongo, is_auth_failure, is_history_lost,
+pub(crate) use classify::{
+    CODE_DUPLICATE_KEY, CODE_UNAUTHORIZED, CODE_UNKNOWN_STAGE, is_auth_failure, is_history_lost,
     is_oversize, is_server_selection, mongo_code,
 };
-pub use report::{describe_mongo, redact, report};
+pub(crate) use report::describe_mongo;
+pub use report::{redact, report};
 
 /// What a failure calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,17 +44,6 @@ pub enum ErrorClass {
     Persistent,
     /// Stop: drain and commit the other pipelines, then exit non-zero with the message.
     Fatal,
-}
-
-impl ErrorClass {
-    /// The bounded metric label of the class.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Transient => "transient",
-            Self::Persistent => "persistent",
-            Self::Fatal => "fatal",
-        }
-    }
 }
 
 /// Every failure a pipeline or the process can meet.
@@ -142,7 +136,7 @@ pub enum BridgeError {
         pipeline: String,
         /// What was wrong with the event.
         #[source]
-        source: crate::encode::EncodeError,
+        source: encode::EncodeError,
     },
     /// The fragments of a split event (`$changeStreamSplitLargeEvent`) do not form one event.
     #[error("a split change event could not be reassembled on pipeline {pipeline:?}")]
@@ -151,15 +145,13 @@ pub enum BridgeError {
         pipeline: String,
         /// Which fragment was wrong.
         #[source]
-        source: crate::split::SplitError,
+        source: split::SplitError,
     },
-    /// The producer could not authenticate to Kafka (SASL credentials or mechanism, TLS): not
-    /// retried, as Kafka's own clients do not retry an `AuthenticationException`.
+    /// The producer could not authenticate (SASL, TLS): not retried, as Kafka's clients do not.
     #[error(
-        "kafka authentication failed on pipeline {pipeline:?}: {reason}. Remedy: check \
-         sasl.mechanism, sasl.username and the password (sasl.password, or \
-         MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD), security.protocol and ssl.* in \
-         [kafka.properties], and that the user exists on the brokers"
+        "kafka authentication failed on pipeline {pipeline:?}: {reason}. Remedy: check sasl.*, \
+         security.protocol, ssl.* and the password (sasl.password or \
+         MONGO_KAFKA_BRIDGE__KAFKA__PROPERTIES__SASL_PASSWORD) in [kafka.properties]"
     )]
     KafkaAuthentication {
         /// Pipeline name.
@@ -339,7 +331,7 @@ pub enum BridgeError {
     },
     /// A topic accepts smaller record batches than the producer builds: its records would be
     /// refused as too large although each fits. The pipeline rebuilds its producer with
-    /// `batch.size` = the topic's limit and runs again ([`crate::kafka::limits`]).
+    /// `batch.size` = the topic's limit and runs again (`crate::kafka::limits`).
     #[error(
         "pipeline {pipeline:?}: topic {topic:?} accepts record batches of at most {topic_limit} \
          bytes (its max.message.bytes), below the producer's {batch_bytes} (batch.size, \
@@ -358,7 +350,7 @@ pub enum BridgeError {
     },
     /// The broker refused a record as too large inside a Kafka transaction (exactly-once), which
     /// then can only abort. The run ends; the next one stubs records of that size for the topic
-    /// at enqueue ([`crate::kafka::limits::Learned`]).
+    /// at enqueue (`crate::kafka::limits::Learned`).
     #[error(
         "pipeline {pipeline:?}: the broker refused a record of {size} bytes for topic {topic:?} \
          as too large inside a Kafka transaction, which can then only abort: it was aborted and \
@@ -387,152 +379,14 @@ pub enum BridgeError {
 }
 
 impl BridgeError {
-    /// Classifies this error; see [`classify`].
-    ///
-    /// Transient: network and resumable MongoDB errors, server selection, write-concern and
-    /// checkpoint timeouts, Kafka delivery errors that librdkafka gave up on within
-    /// `message.timeout.ms`, cancelled deliveries and fatal idempotent-producer errors (a new
-    /// producer is built on restart). Persistent: unknown topics, a replica-set name mismatch,
-    /// driver failures that are neither network nor configuration, panics. Fatal:
-    /// configuration, authentication and authorization, invalid pipeline stages, history lost,
-    /// fencing, records Kafka rejects permanently (size, authorization).
-    pub fn class(&self) -> ErrorClass {
-        match self {
-            Self::Config { .. }
-            | Self::HistoryLost { .. }
-            | Self::Fenced { .. }
-            | Self::Encode { .. }
-            | Self::SplitEvent { .. }
-            | Self::OffsetsDocument { .. }
-            | Self::Producer(_)
-            | Self::ConfigChanged { .. }
-            | Self::SnapshotFilterChanged { .. }
-            | Self::TransactionTooLong { .. }
-            | Self::KafkaAuthentication { .. }
-            | Self::Oversize { .. } => ErrorClass::Fatal,
-            Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
-            Self::DeliveryCancelled { .. }
-            | Self::StreamClosed { .. }
-            | Self::Group { .. }
-            | Self::BatchAboveTopicLimit { .. }
-            | Self::RefusedInTransaction { .. }
-            | Self::Progress { .. } => ErrorClass::Transient,
-            Self::Source { source, .. }
-            | Self::Checkpoint { source, .. }
-            | Self::Copy { source, .. } => classify_mongo(source),
-            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
-                classify_kafka(source)
-            }
-            Self::DeadLetterRefused { source, .. } if is_oversize(source) => ErrorClass::Fatal,
-            Self::DeadLetterRefused { source, .. } | Self::Transaction { source, .. } => {
-                classify_kafka(source)
-            }
-        }
-    }
-
-    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Config { .. } => "config",
-            Self::Source { .. } => "source",
-            Self::Copy { .. } => "snapshot",
-            Self::SnapshotFilterChanged { .. } => "snapshot_filter",
-            Self::StreamClosed { .. } => "invalidate",
-            Self::HistoryLost { .. } => "history_lost",
-            Self::ReplicaSetMismatch { .. } => "replica_set",
-            Self::Encode { .. } => "encode",
-            Self::SplitEvent { .. } => "split",
-            Self::Delivery { .. } => "delivery",
-            Self::KafkaAuthentication { .. } => "kafka_authentication",
-            Self::Oversize { .. } => "oversize",
-            Self::DeadLetterRefused { .. } => "dead_letter",
-            Self::DeliveryCancelled { .. } => "delivery_cancelled",
-            Self::Producer(_) => "producer",
-            Self::TopicCreation { .. } => "topic_creation",
-            Self::Checkpoint { .. } => "checkpoint",
-            Self::OffsetsDocument { .. } => "offsets_document",
-            Self::Fenced { .. } => "fenced",
-            Self::Group { .. } => "group",
-            Self::ConfigChanged { .. } => "config_changed",
-            Self::TaskPanicked { .. } => "panic",
-            Self::Transaction { .. } => "transaction",
-            Self::Progress { .. } => "progress",
-            Self::TransactionTooLong { .. } => "transaction_too_long",
-            Self::BatchAboveTopicLimit { .. } => "batch_above_topic_limit",
-            Self::RefusedInTransaction { .. } => "refused_in_transaction",
-        }
-    }
-
-    /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
-    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`, or `_FATAL`, which a transactional call returns once
-    /// the producer raised a fatal error such as a fencing): either a newer producer of the same
-    /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
-    /// epoch (KAFKA-6119, librdkafka#3297). [`crate::pipeline`] tells the two apart by the
-    /// offsets document's epoch.
-    pub fn is_producer_fenced(&self) -> bool {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let code = match self {
-            Self::Transaction { source, .. } | Self::Delivery { source, .. } => {
-                source.rdkafka_error_code()
-            }
-            _ => None,
-        };
-        matches!(
-            code,
-            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch | C::Fatal)
-        )
-    }
-
-    /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
-    /// next run (a fatal idempotent-producer state only clears with a new producer).
-    pub fn is_producer_failure(&self) -> bool {
-        matches!(
-            self,
-            Self::Delivery { .. }
-                | Self::DeliveryCancelled { .. }
-                | Self::DeadLetterRefused { .. }
-                | Self::RefusedInTransaction { .. }
-                | Self::Transaction { .. }
-        )
-    }
-
-    /// What an operator can do about an error that kept coming back, for the log line of a
-    /// pipeline that stops after `[bridge] persistent_error_attempts` failed runs.
-    pub fn remedy(&self) -> &'static str {
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let kafka = match self {
-            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
-                source.rdkafka_error_code()
-            }
-            _ => None,
-        };
-        match (self, kafka) {
-            (_, Some(C::UnknownTopic | C::UnknownTopicOrPartition)) => {
-                "the topic does not exist: create it, set [kafka.topic_creation] enabled = true, \
-                 or enable the broker's auto.create.topics.enable"
-            }
-            (Self::TaskPanicked { .. }, _) => {
-                "this is a bug of the bridge: please report it with the log lines above"
-            }
-            (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
-            _ => {
-                "see the error above; the pipeline restarts from its committed position once \
-                  the cause is fixed and the bridge is started again"
-            }
+    /// A configuration error about `field` (its TOML path), saying what to write instead.
+    pub(crate) fn config(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Config {
+            field: field.into(),
+            reason: reason.into(),
         }
     }
 }
 
-/// A server command error with `code` (the driver offers no public way to attach labels, so
-/// label handling is covered by the fail-point integration tests).
 #[cfg(test)]
-pub(crate) fn command_error(code: i32) -> MongoError {
-    let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
-    let cmd: mongodb::error::CommandError =
-        bson::from_document(raw).expect("a well-formed command error document");
-    mongodb::error::ErrorKind::Command(cmd).into()
-}
-
-#[cfg(test)]
-#[path = "error_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf, Timestamp};
 
-use crate::snapshot::{CopyTarget, Marker, Progress};
+use crate::snapshot::{CopyTarget, Marker, SharedState};
 
 /// A resumable position of a change stream: what the offsets document stores.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Position {
+pub(crate) struct Position {
     /// The resume token document, as the server sent it.
     pub token: RawDocumentBuf,
     /// `clusterTime` of the last event at or before this position, if any event was seen.
@@ -30,7 +30,7 @@ pub struct Position {
 
 /// What the source task hands to the relay.
 #[derive(Debug)]
-pub enum SourceItem {
+pub(crate) enum SourceItem {
     /// One change event, raw.
     Event {
         /// The event document as the server sent it.
@@ -60,7 +60,7 @@ pub enum SourceItem {
         read_time: Option<Timestamp>,
         /// The snapshot's state once this document is delivered: set on the last document of
         /// each batch, `None` on the others.
-        progress: Option<Progress>,
+        state: Option<SharedState>,
         /// Like an event's.
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     },
@@ -73,27 +73,28 @@ pub enum SourceItem {
         /// Documents copied (for an end).
         copied: u64,
         /// The snapshot's state once the markers are delivered.
-        progress: Progress,
+        state: SharedState,
     },
     /// The snapshot's state alone, to commit once everything before it is delivered (a new
     /// snapshot's plan, or one with nothing left to copy).
-    Progress(Progress),
+    SnapshotState(SharedState),
 }
 
-/// The MongoDB multi-document transaction a change event belongs to: its `lsid` and
+/// Which MongoDB multi-document transaction a change event belongs to: its `lsid` and
 /// `txnNumber` (<https://www.mongodb.com/docs/manual/reference/change-events/>). Events of one
-/// transaction are contiguous in the change stream and share both.
+/// MongoDB transaction are contiguous in the change stream and share both. (In the code,
+/// "transaction" is Kafka's; MongoDB's is a "txn", after the event's `txnNumber`.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct MongoTransaction {
+pub(crate) struct TxnId {
     /// `lsid`, as the server sent it.
     pub lsid: RawDocumentBuf,
     /// `txnNumber`.
     pub txn_number: i64,
 }
 
-impl MongoTransaction {
+impl TxnId {
     /// The transaction of `view`, when it has both `lsid` and `txnNumber`.
-    pub fn of(view: &ChangeEventView<'_>) -> Option<Self> {
+    pub(crate) fn of(view: &ChangeEventView<'_>) -> Option<Self> {
         Some(Self {
             lsid: view.lsid?.to_raw_document_buf(),
             txn_number: view.txn_number?,
@@ -101,7 +102,7 @@ impl MongoTransaction {
     }
 
     /// `lsid` as relaxed Extended JSON, for error messages.
-    pub fn lsid_text(&self) -> String {
+    pub(crate) fn lsid_text(&self) -> String {
         self.lsid
             .to_document()
             .map(|d| bson::Bson::Document(d).into_relaxed_extjson().to_string())
@@ -112,11 +113,11 @@ impl MongoTransaction {
 /// What the relay publishes for the checkpointer: the delivered prefix's stream position and
 /// snapshot state, each the latest one in that prefix.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Safe {
+pub(crate) struct Safe {
     /// The change stream's position.
     pub stream: Option<Position>,
     /// The running snapshot's state.
-    pub snapshot: Option<Progress>,
+    pub snapshot: Option<SharedState>,
     /// With `delivery = "exactly_once"`: the commit sequence of the Kafka transaction that
     /// committed this state, and its progress record's offset (`None` at-least-once).
     pub committed: Option<(i64, Option<i64>)>,
@@ -125,7 +126,7 @@ pub struct Safe {
 /// The fields of a change event the bridge reads, borrowed from the raw document.
 /// Field reference: <https://www.mongodb.com/docs/manual/reference/change-events/>.
 #[derive(Debug, Default)]
-pub struct ChangeEventView<'a> {
+pub(crate) struct ChangeEventView<'a> {
     /// `_id`: the event's resume token.
     pub token: Option<&'a RawDocument>,
     /// `operationType`, e.g. `insert`.
@@ -151,7 +152,7 @@ pub struct ChangeEventView<'a> {
 impl<'a> ChangeEventView<'a> {
     /// Reads the fields of `raw`; unknown and malformed fields are left unset, except that a
     /// document that cannot be iterated is an error (malformed BSON).
-    pub fn parse(raw: &'a RawDocument) -> Result<Self, bson::raw::Error> {
+    pub(crate) fn parse(raw: &'a RawDocument) -> Result<Self, bson::raw::Error> {
         let mut view = Self::default();
         for element in raw {
             let (key, value) = element?;
@@ -180,13 +181,13 @@ impl<'a> ChangeEventView<'a> {
 }
 
 /// Formats a `Timestamp` as `<seconds>.<increment>`, the `mongo.cluster_time` header's form.
-pub fn format_timestamp(ts: Timestamp) -> String {
+pub(crate) fn format_timestamp(ts: Timestamp) -> String {
     format!("{}.{}", ts.time, ts.increment)
 }
 
 /// `secs` since the Unix epoch as RFC 3339 UTC to the second (`2025-11-29T08:00:00Z`), or the
 /// bare number when chrono cannot represent it. For human-facing output (CLI, `check`).
-pub fn rfc3339_seconds(secs: i64) -> String {
+pub(crate) fn rfc3339_seconds(secs: i64) -> String {
     chrono::DateTime::from_timestamp(secs, 0).map_or_else(
         || secs.to_string(),
         |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -194,7 +195,7 @@ pub fn rfc3339_seconds(secs: i64) -> String {
 }
 
 /// The `Timestamp` for a wall-clock instant (increment 0), used where no cluster time is known.
-pub fn timestamp_now() -> Timestamp {
+pub(crate) fn timestamp_now() -> Timestamp {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -11,11 +11,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use mongo_kafka_bridge::Config;
+use mongo_kafka_bridge::cli::check;
+use mongo_kafka_bridge::cli::offsets::{self as offsets_cli, OffsetsCommand, ResetTo};
 use mongo_kafka_bridge::error::{BridgeError, report};
-use mongo_kafka_bridge::offsets::command::{self as offsets_cli, OffsetsCommand, ResetTo};
-use mongo_kafka_bridge::status::{self, Status};
-use mongo_kafka_bridge::telemetry::{self, LogFormat};
-use mongo_kafka_bridge::{Config, app, check};
+use mongo_kafka_bridge::observe::status::{self, Status};
+use mongo_kafka_bridge::observe::telemetry::{self, LogFormat};
+use mongo_kafka_bridge::supervisor::app;
 
 /// MongoDB change streams → Kafka, keyed by documentKey; resume tokens committed only after
 /// Kafka acknowledged every event up to them.
@@ -225,7 +227,7 @@ async fn run(
 
 /// Applies the configuration file's `[[pipelines]]` changes on every SIGHUP until `stop`.
 fn reload_on_sighup(
-    reloader: std::sync::Arc<mongo_kafka_bridge::reload::Reloader>,
+    reloader: std::sync::Arc<mongo_kafka_bridge::supervisor::reload::Reloader>,
     path: std::path::PathBuf,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -310,7 +312,7 @@ async fn run_snapshot(
     secrets: &[&str],
 ) -> ExitCode {
     let mut out = std::io::stdout();
-    match mongo_kafka_bridge::snapshot::command::run(&config, &name, namespace, &mut out).await {
+    match mongo_kafka_bridge::cli::snapshot::run(&config, &name, namespace, &mut out).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(2),
         Err(e) => failed(&e, secrets),

@@ -18,12 +18,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Connects a MongoDB client for `config` (no I/O beyond SRV lookups; servers are contacted
 /// lazily). Errors: [`BridgeError::Config`] on `mongodb.uri` for a URI the driver rejects.
-pub async fn client(config: &Config) -> Result<Client, BridgeError> {
+pub(crate) async fn client(config: &Config) -> Result<Client, BridgeError> {
     client_with(config, |_| ()).await
 }
 
 /// Like [`client`], letting `adjust` change the parsed options (e.g. shorter timeouts).
-pub async fn client_with(
+pub(crate) async fn client_with(
     config: &Config,
     adjust: impl FnOnce(&mut ClientOptions),
 ) -> Result<Client, BridgeError> {
@@ -52,7 +52,9 @@ async fn options(config: &Config) -> Result<ClientOptions, BridgeError> {
 /// a `hello`. `Ok(None)` when the server reports neither (a standalone server).
 ///
 /// Errors: the driver's, when the server cannot be reached.
-pub async fn cluster_time(client: &Client) -> Result<Option<Timestamp>, mongodb::error::Error> {
+pub(crate) async fn cluster_time(
+    client: &Client,
+) -> Result<Option<Timestamp>, mongodb::error::Error> {
     let reply = client
         .database("admin")
         .run_command(doc! { "hello": 1 })
@@ -70,7 +72,7 @@ pub async fn cluster_time(client: &Client) -> Result<Option<Timestamp>, mongodb:
 /// the first host that answers with another name gives a [`BridgeError::ReplicaSetMismatch`].
 /// `None` when the URI names no set, the names agree, or no host answers (an outage, not a
 /// mismatch).
-pub async fn replica_set_mismatch(config: &Config) -> Option<BridgeError> {
+pub(crate) async fn replica_set_mismatch(config: &Config) -> Option<BridgeError> {
     let options = options(config).await.ok()?;
     let configured = options.repl_set_name.clone()?;
     for host in &options.hosts {

@@ -1,54 +1,57 @@
 //! The offsets document: one per pipeline in `<offsets_database>.<offsets_collection>`. This
 //! module owns it: its field names, its parsed type, its schema version, and every read and
-//! write ([`OffsetsStore`] for a running pipeline, [`admin`] for operators and `check`).
+//! write ([`OffsetsStore`] for a running pipeline, with its commits in `commit.rs`;
+//! `operator` for the `offsets` command and `check`). Beside it in the offsets database, the
+//! group slots (`group`).
 //!
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
 //!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
-//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid}` ([`snapshot`]
-//!   has the snapshot's fields, [`progress`] the exactly-once ones).
+//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid}` (`snapshot`
+//!   has the snapshot's fields, `exactly_once` the exactly-once ones and the progress record).
 //!
 //! Invariants:
-//! - Only this module names the document's fields ([`fields`]).
+//! - Only this module names the document's fields (`fields`).
 //! - Every write sets `schemaVersion`; a document with a newer one than [`SCHEMA_VERSION`] is
 //!   refused before anything is written, so an older binary in a rolling update never ignores
 //!   fields a newer one relies on.
 //! - Ownership: taking a pipeline increments `epoch`; every later write of the owner filters on
-//!   `{_id, epoch}` (fencing, see [`store`]); operator writes filter on the epoch they read and
+//!   `{_id, epoch}` (fencing, see `store`); operator writes filter on the epoch they read and
 //!   increment it, so a running owner is fenced instead of overwriting them.
 //! - Every write uses write concern `majority`, so a committed position survives a failover.
-//! - Moving a position to a cluster time without a token is one update ([`moved_to`]), whoever
+//! - Moving a position to a cluster time without a token is one update (`moved_to`), whoever
 //!   makes it (the history-loss policy `skip`, `offsets reset`).
 //! - `commitSequence` rises with every commit and never resets; `resetSequence` rises with every
 //!   operator reset. With `delivery = "exactly_once"` they decide whether the progress record
-//!   in Kafka or this document is newer ([`progress::newer`]).
-//! - The position belongs to the stream identity recorded with it ([`identity`]): a take-over by
+//!   in Kafka or this document is newer (`exactly_once::newer`).
+//! - The position belongs to the stream identity recorded with it (`identity`): a take-over by
 //!   an instance whose configured identity differs is refused before the epoch moves, so it
 //!   never fences the owner that runs the recorded one. An operator's reset removes the
 //!   identity; `offsets accept-config` records the configured one, keeping the position.
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
-pub mod admin;
-pub mod command;
-mod format;
-pub mod identity;
-pub mod progress;
+mod commit;
+pub(crate) mod exactly_once;
+pub(crate) mod group;
+pub(crate) mod identity;
+pub(crate) mod operator;
 pub(crate) mod snapshot;
 mod store;
 
 pub use identity::StreamIdentity;
-
-/// The bridge's own collections in the offsets database: the offsets and, beside them, the
-/// group slots (`crate::group::slots`). No stream publishes them and no snapshot copies them.
-pub fn own_collections(offsets_collection: &str) -> [String; 2] {
-    [
-        offsets_collection.to_owned(),
-        crate::group::slots::collection_name(offsets_collection),
-    ]
-}
 pub use store::OffsetsStore;
+
+/// This host's name (`$HOSTNAME`, else `/etc/hostname`), for owner strings in the offsets.
+pub(crate) fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
 
 /// The schema version this binary writes and understands. 2: the stream identity
 /// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore. 3: the
@@ -59,57 +62,57 @@ pub const SCHEMA_VERSION: i64 = 3;
 /// The document's field names.
 pub(crate) mod fields {
     /// The pipeline name.
-    pub const ID: &str = "_id";
+    pub(crate) const ID: &str = "_id";
     /// Version of the document's shape ([`super::SCHEMA_VERSION`]).
-    pub const SCHEMA_VERSION: &str = "schemaVersion";
+    pub(crate) const SCHEMA_VERSION: &str = "schemaVersion";
     /// The committed resume token, as the server sent it.
-    pub const RESUME_TOKEN: &str = "resumeToken";
+    pub(crate) const RESUME_TOKEN: &str = "resumeToken";
     /// `clusterTime` of the last committed event.
-    pub const CLUSTER_TIME: &str = "clusterTime";
+    pub(crate) const CLUSTER_TIME: &str = "clusterTime";
     /// Best-known cluster time of the committed position.
-    pub const POSITION_TIME: &str = "positionTime";
+    pub(crate) const POSITION_TIME: &str = "positionTime";
     /// `wallTime` of the last committed event.
-    pub const WALL_TIME: &str = "wallTime";
+    pub(crate) const WALL_TIME: &str = "wallTime";
     /// When the document was last written with a position.
-    pub const UPDATED_AT: &str = "updatedAt";
+    pub(crate) const UPDATED_AT: &str = "updatedAt";
     /// Events committed over the pipeline's life.
-    pub const EVENTS_COMMITTED: &str = "eventsCommitted";
+    pub(crate) const EVENTS_COMMITTED: &str = "eventsCommitted";
     /// Incremented by every take-over and operator reset (fencing).
-    pub const EPOCH: &str = "epoch";
+    pub(crate) const EPOCH: &str = "epoch";
     /// `host:pid:uuid` of the owning instance, or the operator's reset.
-    pub const OWNER: &str = "owner";
+    pub(crate) const OWNER: &str = "owner";
     /// Until when the owner's lease holds.
-    pub const LEASE_UNTIL: &str = "leaseUntil";
+    pub(crate) const LEASE_UNTIL: &str = "leaseUntil";
     /// Version of the binary that wrote last.
-    pub const BRIDGE_VERSION: &str = "bridgeVersion";
+    pub(crate) const BRIDGE_VERSION: &str = "bridgeVersion";
     /// Where to start when there is no token (`start_at`, `offsets reset`, history skip).
-    pub const START_AT_OPERATION_TIME: &str = "startAtOperationTime";
+    pub(crate) const START_AT_OPERATION_TIME: &str = "startAtOperationTime";
     /// The stream identity's fingerprint ([`super::identity`]).
-    pub const FINGERPRINT: &str = "fingerprint";
+    pub(crate) const FINGERPRINT: &str = "fingerprint";
     /// The stream identity itself: `{database, collection, pipeline}`.
-    pub const STREAM: &str = "stream";
+    pub(crate) const STREAM: &str = "stream";
     /// The key format the records were written in: `json` or `bson`.
-    pub const KEY_FORMAT: &str = "keyFormat";
+    pub(crate) const KEY_FORMAT: &str = "keyFormat";
     /// The running snapshot's state ([`super::snapshot`]).
-    pub const SNAPSHOT: &str = "snapshot";
+    pub(crate) const SNAPSHOT: &str = "snapshot";
     /// A snapshot asked for and not started yet.
-    pub const SNAPSHOT_REQUEST: &str = "snapshotRequest";
+    pub(crate) const SNAPSHOT_REQUEST: &str = "snapshotRequest";
     /// The last finished snapshot's summary.
-    pub const LAST_SNAPSHOT: &str = "lastSnapshot";
+    pub(crate) const LAST_SNAPSHOT: &str = "lastSnapshot";
     /// Commits over the pipeline's life (never resets).
-    pub const COMMIT_SEQUENCE: &str = "commitSequence";
+    pub(crate) const COMMIT_SEQUENCE: &str = "commitSequence";
     /// Operator resets over the pipeline's life.
-    pub const RESET_SEQUENCE: &str = "resetSequence";
+    pub(crate) const RESET_SEQUENCE: &str = "resetSequence";
     /// The delivery mode of the last owner: `at_least_once` or `exactly_once`.
-    pub const DELIVERY: &str = "delivery";
+    pub(crate) const DELIVERY: &str = "delivery";
     /// Offset of the last committed progress record in the progress topic (exactly-once).
-    pub const PROGRESS_OFFSET: &str = "progressOffset";
+    pub(crate) const PROGRESS_OFFSET: &str = "progressOffset";
     /// In a progress record: the topic prefix of the deployment that wrote it.
-    pub const TOPIC_PREFIX: &str = "topicPrefix";
+    pub(crate) const TOPIC_PREFIX: &str = "topicPrefix";
     /// A random identity (ObjectId hex) created with the document and kept by every reset:
     /// names the pipeline's stream in Kafka (`transactional.id`, progress records), so two
     /// deployments sharing a Kafka cluster never collide there.
-    pub const STREAM_UID: &str = "streamUid";
+    pub(crate) const STREAM_UID: &str = "streamUid";
 }
 
 /// An offsets document as read.
@@ -213,14 +216,14 @@ impl OffsetsDoc {
     }
 
     /// The owner and the end of its lease, when the lease is still running at `now`.
-    pub fn live_owner(&self, now: DateTime) -> Option<(&str, DateTime)> {
+    pub(crate) fn live_owner(&self, now: DateTime) -> Option<(&str, DateTime)> {
         let until = self.lease_until.filter(|until| *until > now)?;
         Some((self.owner.as_deref().unwrap_or("unknown"), until))
     }
 
     /// The position the document stands for: its token's `positionTime` (else `clusterTime`),
     /// or its `startAtOperationTime`, labelled `token` / `startAt`.
-    pub fn position(&self) -> Option<(&'static str, Timestamp)> {
+    pub(crate) fn position(&self) -> Option<(&'static str, Timestamp)> {
         if self.resume_token.is_some() {
             self.position_time
                 .or(self.cluster_time)

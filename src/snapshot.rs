@@ -9,28 +9,34 @@
 //!  checkpointer: the delivered prefix's SnapshotState (last _id per namespace) ─▶ offsets
 //! ```
 //!
+//! The pieces, one file name in every layer: this room (the shared types; `plan`: which
+//! namespaces; [`copy`]: one namespace's copy bracket by bracket; `sequence`: the order of
+//! stream and copy items, and its proof; `key`: a copied document's `documentKey`),
+//! `config/snapshot.rs` (the rules), `source/snapshot.rs` and `source/copying.rs` (the source
+//! task that streams and copies), `encode/snapshot.rs` (copied documents' and markers' records),
+//! `relay/snapshot.rs` (their window entries), `offsets/snapshot.rs` (the document's fields),
+//! `observe/metrics/snapshot.rs` (the series) and `cli/snapshot.rs` (the `snapshot` command).
+//!
 //! Invariants:
 //! - One task reads the stream and the copies; the order in which their items enter the
-//!   window is the one [`sequence`] proves correct: the last record of every key is the
+//!   window is the one `sequence` proves correct: the last record of every key is the
 //!   document's current state once the copy finished and the stream passed its end.
 //! - A namespace's progress (`lastId`, `copied`) and its markers' delivery (`started`, `done`)
 //!   are committed by the rule of the resume token: only once every record before them is
 //!   delivered. A restart continues after the committed `lastId`; a resumed snapshot keeps its
 //!   id and publishes no second `snapshot_start`.
 //! - Memory is bounded: one reply per open cursor (at most `snapshot_parallelism`), the items
-//!   held behind an unanswered copy request ([`sequence::HOLD_ITEMS`]), and the channel's and
+//!   held behind an unanswered copy request (`sequence::HOLD_ITEMS`), and the channel's and
 //!   the window's bounds, as for events.
 
 use std::sync::Arc;
 
 use bson::{Bson, DateTime};
 
-pub mod command;
 pub mod copy;
-pub mod key;
-pub mod plan;
-pub mod sequence;
-pub mod source;
+pub(crate) mod key;
+pub(crate) mod plan;
+pub(crate) mod sequence;
 
 /// Why a snapshot runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +80,7 @@ pub struct Request {
 
 /// One namespace's copy.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NamespaceProgress {
+pub struct NamespaceCopy {
     /// Database.
     pub db: String,
     /// Collection.
@@ -90,7 +96,7 @@ pub struct NamespaceProgress {
     pub done: bool,
 }
 
-impl NamespaceProgress {
+impl NamespaceCopy {
     /// A namespace not copied yet.
     pub fn new(db: &str, coll: &str) -> Self {
         Self {
@@ -119,7 +125,7 @@ pub struct SnapshotState {
     /// When it started.
     pub started_at: DateTime,
     /// The namespaces it copies, in the order they are copied.
-    pub namespaces: Vec<NamespaceProgress>,
+    pub namespaces: Vec<NamespaceCopy>,
     /// `requestedAt` of the request it answers, so a restart does not answer it twice.
     pub requested_at: Option<DateTime>,
     /// The `snapshot_filter` it copies with, as canonical Extended JSON (`None`: every
@@ -129,11 +135,7 @@ pub struct SnapshotState {
 
 impl SnapshotState {
     /// A new snapshot answering `request`, of `namespaces`, with a fresh id.
-    pub fn new(
-        request: &Request,
-        namespaces: Vec<NamespaceProgress>,
-        filter: Option<String>,
-    ) -> Self {
+    pub fn new(request: &Request, namespaces: Vec<NamespaceCopy>, filter: Option<String>) -> Self {
         Self {
             id: uuid::Uuid::new_v4().to_string(),
             reason: request.reason,
@@ -156,7 +158,7 @@ impl SnapshotState {
 }
 
 /// The snapshot state shared by items in flight (one clone per batch, not per document).
-pub type Progress = Arc<SnapshotState>;
+pub type SharedState = Arc<SnapshotState>;
 
 /// What a copied document's records need to know of its namespace.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,7 +171,7 @@ pub struct CopyTarget {
     pub snapshot_id: String,
     /// Why the snapshot runs.
     pub reason: Reason,
-    /// The shard key's field names, in order, of a sharded collection ([`key`]).
+    /// The shard key's field names, in order, of a sharded collection (`key`).
     pub shard_key: Option<Vec<String>>,
 }
 

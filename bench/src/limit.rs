@@ -177,7 +177,7 @@ pub(crate) async fn open(
         .database(&servers.db)
         .collection::<Document>(&servers.coll);
     let stages = if split_stage {
-        vec![bson::doc! { mongo_kafka_bridge::split::SPLIT_STAGE: {} }]
+        vec![bson::doc! { mongo_kafka_bridge::source::split::SPLIT_STAGE: {} }]
     } else {
         Vec::new()
     };

@@ -1,5 +1,6 @@
 //! The rules of `[bridge] group_id` and `[kafka.group_properties]`: the settings under which
-//! group membership decides ownership safely.
+//! group membership decides ownership safely, and the group consumer's librdkafka
+//! configuration ([`consumer_config`]).
 //!
 //! Invariants (checked at load, each error naming the field and the fix):
 //! - `lease_ms` ≤ the group's `session.timeout.ms`: an instance the coordinator evicted has
@@ -11,24 +12,92 @@
 //! - `group_id` is usable in a topic name (`[A-Za-z0-9._-]`, at most 200 characters): the
 //!   control topic is named after it.
 
-use super::Config;
-use crate::error::BridgeError;
-use crate::kafka::group::{
-    DEFAULT_SESSION_TIMEOUT_MS, MAX_POLL_INTERVAL_MS_DEFAULT, group_property_i64,
-};
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
 
-fn err(field: impl Into<String>, reason: impl Into<String>) -> BridgeError {
-    BridgeError::Config {
-        field: field.into(),
-        reason: reason.into(),
+use super::kafka::admin_config;
+use super::{Config, KafkaConfig};
+use crate::error::BridgeError;
+
+/// The bridge's default `session.timeout.ms` for the group (ms): an evicted member's slots
+/// move after at most this long (librdkafka's own default is 45 000).
+pub(crate) const DEFAULT_SESSION_TIMEOUT_MS: i64 = 8_000;
+/// librdkafka's default `max.poll.interval.ms` (ms).
+pub(crate) const MAX_POLL_INTERVAL_MS_DEFAULT: i64 = 300_000;
+
+/// Defaults the user may override in `[kafka.group_properties]`. The session timeout and
+/// heartbeat give failover within ~15 s of a `kill -9` (eviction after the session timeout, the
+/// survivors learn of the rebalance at their next heartbeat); real brokers accept sessions from
+/// `group.min.session.timeout.ms` (6 000 by default) on.
+/// `topic.metadata.refresh.interval.ms`: how soon the group leader notices the control topic's
+/// new partitions when another member extended it (librdkafka's default is 5 minutes).
+const DEFAULTS: [(&str, &str); 5] = [
+    ("session.timeout.ms", "8000"),
+    ("heartbeat.interval.ms", "2000"),
+    ("partition.assignment.strategy", "cooperative-sticky"),
+    ("topic.metadata.refresh.interval.ms", "10000"),
+    ("client.id", "mongo-kafka-bridge-group"),
+];
+
+/// `key` of `[kafka.group_properties]` as an integer, `None` when unset.
+///
+/// Errors: a value that is not an integer.
+pub(crate) fn group_property_i64(kafka: &KafkaConfig, key: &str) -> Result<Option<i64>, String> {
+    match kafka.group_properties.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .to_string()
+            .parse()
+            .map(Some)
+            .map_err(|_| "must be an integer (ms)".to_owned()),
     }
+}
+
+/// The group's `session.timeout.ms` (ms): `[kafka.group_properties]`'s when it is an integer,
+/// else [`DEFAULT_SESSION_TIMEOUT_MS`].
+pub(crate) fn session_timeout_ms(kafka: &KafkaConfig) -> i64 {
+    group_property_i64(kafka, "session.timeout.ms")
+        .ok()
+        .flatten()
+        .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS)
+}
+
+/// The group consumer's configuration: connection and security properties of
+/// `[kafka.properties]`, the bridge's defaults, `[kafka.group_properties]`, then `group.id` and
+/// no offset commits.
+pub(crate) fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
+    let mut config = admin_config(kafka);
+    for (key, value) in DEFAULTS {
+        config.set(key, value);
+    }
+    for (key, value) in &kafka.group_properties {
+        config.set(key, value.to_string());
+    }
+    config.set("group.id", group_id);
+    config.set("enable.auto.commit", "false");
+    config.set("enable.auto.offset.store", "false");
+    config
+}
+
+/// Checks the group consumer's configuration with librdkafka itself (no client is created).
+///
+/// Errors: librdkafka's sentence naming the property.
+pub(crate) fn validate_properties(kafka: &KafkaConfig, group_id: &str) -> Result<(), String> {
+    consumer_config(kafka, group_id)
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| match e {
+            KafkaError::ClientConfig(_, description, key, value) => {
+                format!("{description} (property {key:?}, value {value:?})")
+            }
+            other => other.to_string(),
+        })
 }
 
 /// With a `group_id` and no explicit `lease_ms`: the lease is at most the session timeout.
 pub(super) fn default_lease(config: &mut Config) {
     if config.bridge.group_id.is_some() {
-        let session =
-            u64::try_from(crate::kafka::group::session_timeout_ms(&config.kafka)).unwrap_or(0);
+        let session = u64::try_from(session_timeout_ms(&config.kafka)).unwrap_or(0);
         config.bridge.lease_ms = config.bridge.lease_ms.min(session);
     }
 }
@@ -40,23 +109,23 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
         if config.kafka.group_properties.is_empty() {
             return Ok(());
         }
-        return Err(err(
+        return Err(BridgeError::config(
             "kafka.group_properties",
             "only used with bridge.group_id: set group_id, or remove the table",
         ));
     };
     let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if group.is_empty() || group.len() > 200 || !group.chars().all(legal) {
-        return Err(err(
+        return Err(BridgeError::config(
             "bridge.group_id",
             format!(
                 "{group:?}: use 1 to 200 of A-Z a-z 0-9 . _ - (it names the group's control topic)"
             ),
         ));
     }
-    let topic = crate::kafka::topics::control(&config.mongodb.offsets_database, group);
+    let topic = super::names::control(&config.mongodb.offsets_database, group);
     if topic.len() > 249 {
-        return Err(err(
+        return Err(BridgeError::config(
             "bridge.group_id",
             format!(
                 "the control topic {topic:?} would be {} characters long; Kafka allows 249: \
@@ -67,7 +136,7 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     }
     for key in ["group.id", "bootstrap.servers", "enable.auto.commit"] {
         if config.kafka.group_properties.contains_key(key) {
-            return Err(err(
+            return Err(BridgeError::config(
                 format!("kafka.group_properties.\"{key}\""),
                 "set by the bridge (bridge.group_id, kafka.bootstrap_servers; the control topic \
                  has no offsets to commit): remove it",
@@ -75,12 +144,13 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
         }
     }
     let int = |key: &str| {
-        group_property_i64(&config.kafka, key)
-            .map_err(|reason| err(format!("kafka.group_properties.\"{key}\""), reason))
+        group_property_i64(&config.kafka, key).map_err(|reason| {
+            BridgeError::config(format!("kafka.group_properties.\"{key}\""), reason)
+        })
     };
     let session = int("session.timeout.ms")?.unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
     if i64::try_from(b.lease_ms).unwrap_or(i64::MAX) > session {
-        return Err(err(
+        return Err(BridgeError::config(
             "bridge.lease_ms",
             format!(
                 "{} ms outlives the group's session.timeout.ms ({session} ms): an evicted member \
@@ -92,7 +162,7 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     }
     let poll = int("max.poll.interval.ms")?.unwrap_or(MAX_POLL_INTERVAL_MS_DEFAULT);
     if i64::try_from(b.shutdown_timeout_ms).unwrap_or(i64::MAX) >= poll {
-        return Err(err(
+        return Err(BridgeError::config(
             "bridge.shutdown_timeout_ms",
             format!(
                 "{} ms is not below the group's max.poll.interval.ms ({poll} ms): a revocation \
@@ -102,8 +172,8 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
             ),
         ));
     }
-    crate::kafka::group::validate_properties(&config.kafka, group).map_err(|reason| {
-        err(
+    validate_properties(&config.kafka, group).map_err(|reason| {
+        BridgeError::config(
             "kafka.group_properties",
             format!(
                 "{}. Remedy: fix the property's name or value (librdkafka CONFIGURATION.md, \

@@ -1,7 +1,9 @@
-//! Tests of [`Config`]: serde rules, every validation rule of `rules.rs`, environment overrides
+//! Tests of [`Config`]: serde rules, every validation rule of `validate.rs`, environment overrides
 //! and secret redaction. Each error test pins the exact `field` and a key phrase of `reason`.
 
 use super::*;
+use crate::error::BridgeError;
+use crate::extjson::JsonMode;
 
 /// `[mongodb]` and `[kafka]` with their required keys only.
 const SERVERS: &str = r#"

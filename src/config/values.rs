@@ -195,7 +195,7 @@ impl SecretUri {
     /// Values of query options that carry secrets: any option whose name contains
     /// `password`, `secret` or `token` (e.g. `tlsCertificateKeyFilePassword`, `proxyPassword`),
     /// and `authMechanismProperties` (may hold `AWS_SESSION_TOKEN`).
-    pub fn option_secrets(&self) -> Vec<&str> {
+    pub(crate) fn option_secrets(&self) -> Vec<&str> {
         let Some((_, query)) = self.0.split_once('?') else {
             return Vec::new();
         };
@@ -267,7 +267,7 @@ impl Default for TopicCreation {
 
 impl TopicCreation {
     /// The topic configurations of a created topic: `cleanup.policy`, then `configs`.
-    pub fn topic_configs(&self) -> Vec<(String, String)> {
+    pub(crate) fn topic_configs(&self) -> Vec<(String, String)> {
         let mut out = vec![("cleanup.policy".to_owned(), self.cleanup_policy.clone())];
         out.extend(self.configs.iter().map(|(k, v)| (k.clone(), v.to_string())));
         out

@@ -12,17 +12,9 @@ use std::borrow::Cow;
 use bson::{RawDocument, RawDocumentBuf};
 
 use crate::config::Format;
+use crate::error::encode::Unrepresentable;
 use crate::event::ChangeEventView;
 use crate::extjson::{self, ExtJsonError, JsonMode, Utf8};
-
-/// Why JSON cannot carry a key or a value exactly; the path is from the change event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unrepresentable {
-    /// The field's dotted path, e.g. `fullDocument.f.$date` or `documentKey._id`.
-    pub path: String,
-    /// What a parser would do with it.
-    pub reason: String,
-}
 
 /// A key or value that could not be written: it cannot be carried exactly (policy), or it is
 /// not valid BSON (fatal).

@@ -15,7 +15,7 @@ use crate::event::ChangeEventView;
 use crate::extjson::{self, JsonMode};
 
 /// Every header name the bridge writes.
-pub const HEADER_NAMES: [&str; 12] = [
+pub(crate) const HEADER_NAMES: [&str; 12] = [
     "mongo.operation_type",
     "mongo.namespace",
     "mongo.resume_token",
@@ -51,7 +51,7 @@ const OPERATION_TYPES: [&str; 15] = [
 ];
 
 /// `operation_type` without an allocation when it is one MongoDB documents.
-pub fn operation_type(operation_type: &str) -> Cow<'static, str> {
+pub(crate) fn operation_type(operation_type: &str) -> Cow<'static, str> {
     match OPERATION_TYPES
         .iter()
         .find(|known| **known == operation_type)
@@ -62,12 +62,12 @@ pub fn operation_type(operation_type: &str) -> Cow<'static, str> {
 }
 
 /// The `'static` spelling of a header name the bridge writes, if `name` is one.
-pub fn header_name(name: &str) -> Option<&'static str> {
+pub(crate) fn header_name(name: &str) -> Option<&'static str> {
     HEADER_NAMES.iter().copied().find(|n| *n == name)
 }
 
 /// The `mongo.format` value of a value encoded as `format` (in `json` mode for JSON).
-pub fn format_header(format: Format, json: JsonMode) -> &'static [u8] {
+pub(crate) fn format_header(format: Format, json: JsonMode) -> &'static [u8] {
     match (format, json) {
         (Format::Bson, _) => b"bson",
         (Format::Json, JsonMode::Relaxed) => b"json-relaxed",

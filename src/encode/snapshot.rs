@@ -15,8 +15,9 @@
 use bson::{RawDocument, RawDocumentBuf, Timestamp, rawdoc};
 
 use super::format::{Failed, key_bytes, value_bytes};
-use super::{Diversion, EncodeError, Record, RecordEncoder, format_header, own_document};
+use super::{Diversion, Record, RecordEncoder, format_header, own_document};
 use crate::config::ValueMode;
+use crate::error::encode::EncodeError;
 use crate::event::ChangeEventView;
 use crate::extjson::JsonMode;
 use crate::snapshot::{CopyTarget, Marker, key};
@@ -26,7 +27,7 @@ impl RecordEncoder {
     ///
     /// Errors: [`EncodeError::Malformed`] for a document without `_id`, and (`on_ambiguous =
     /// "fail"`) [`EncodeError::Unrepresentable`].
-    pub fn encode_copy(
+    pub(crate) fn encode_copy(
         &mut self,
         target: &CopyTarget,
         doc: &RawDocument,
@@ -74,7 +75,7 @@ impl RecordEncoder {
 
     /// The `marker` records of `target` (after `copied` documents, for an end), one per
     /// partition `0..partitions` of the namespace's topic.
-    pub fn markers(
+    pub(crate) fn markers(
         &mut self,
         target: &CopyTarget,
         marker: Marker,
@@ -112,7 +113,7 @@ impl RecordEncoder {
     }
 
     /// The topic of namespace `db.coll` (a fixed `topic`, or the namespace's).
-    pub fn topic_of(&mut self, db: &str, coll: &str) -> std::sync::Arc<str> {
+    pub(crate) fn topic_of(&mut self, db: &str, coll: &str) -> std::sync::Arc<str> {
         let view = ChangeEventView {
             db: Some(db),
             coll: Some(coll),

@@ -10,18 +10,18 @@
 use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind, WriteFailure};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::ErrorClass;
+use super::{BridgeError, ErrorClass};
 
 /// `ChangeStreamHistoryLost`: the resume point is no longer in the oplog.
-pub const CODE_HISTORY_LOST: i32 = 286;
+pub(crate) const CODE_HISTORY_LOST: i32 = 286;
 /// `ChangeStreamFatalError`: the stream cannot be resumed (e.g. the token's event is gone).
-pub const CODE_CHANGE_STREAM_FATAL: i32 = 280;
+pub(crate) const CODE_CHANGE_STREAM_FATAL: i32 = 280;
 /// `DuplicateKey`: an upsert lost a race with a concurrent insert.
-pub const CODE_DUPLICATE_KEY: i32 = 11000;
+pub(crate) const CODE_DUPLICATE_KEY: i32 = 11000;
 /// `Unrecognized pipeline stage name` (e.g. `$changeStreamSplitLargeEvent` before 7.0).
-pub const CODE_UNKNOWN_STAGE: i32 = 40324;
+pub(crate) const CODE_UNKNOWN_STAGE: i32 = 40324;
 /// `Unauthorized`: the user lacks a privilege.
-pub const CODE_UNAUTHORIZED: i32 = 13;
+pub(crate) const CODE_UNAUTHORIZED: i32 = 13;
 /// `AuthenticationFailed`.
 const CODE_AUTHENTICATION_FAILED: i32 = 18;
 
@@ -97,7 +97,7 @@ fn class_of(kind: MongoKind, code: Option<i32>) -> ErrorClass {
 /// True when the server says the resume point is no longer in the oplog (286). When
 /// `at_open` (the `aggregate` that resumes from a token), 280 also means the token's own event
 /// is gone (case C01); later, 280 has other causes (e.g. a required image is missing).
-pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
+pub(crate) fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
     match mongo_code(error) {
         Some(CODE_HISTORY_LOST) => true,
         Some(CODE_CHANGE_STREAM_FATAL) => at_open,
@@ -106,7 +106,7 @@ pub fn is_history_lost(error: &MongoError, at_open: bool) -> bool {
 }
 
 /// The server's error code, if the error came from a server reply.
-pub fn mongo_code(error: &MongoError) -> Option<i32> {
+pub(crate) fn mongo_code(error: &MongoError) -> Option<i32> {
     match error.kind.as_ref() {
         MongoErrorKind::Command(c) => Some(c.code),
         MongoErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
@@ -116,7 +116,7 @@ pub fn mongo_code(error: &MongoError) -> Option<i32> {
 }
 
 /// Classifies a MongoDB driver error by label, then kind and code.
-pub fn classify_mongo(error: &MongoError) -> ErrorClass {
+pub(crate) fn classify_mongo(error: &MongoError) -> ErrorClass {
     if error.contains_label("NonResumableChangeStreamError") || is_history_lost(error, true) {
         return ErrorClass::Fatal;
     }
@@ -129,13 +129,13 @@ pub fn classify_mongo(error: &MongoError) -> ErrorClass {
 }
 
 /// Whether no server could be selected (the cluster is down, or the URI does not match it).
-pub fn is_server_selection(error: &MongoError) -> bool {
+pub(crate) fn is_server_selection(error: &MongoError) -> bool {
     matches!(error.kind.as_ref(), MongoErrorKind::ServerSelection { .. })
 }
 
 /// Whether the driver error is an authentication failure (a client-side SCRAM/X.509 failure or
 /// the server's `AuthenticationFailed` 18).
-pub fn is_auth_failure(error: &MongoError) -> bool {
+pub(crate) fn is_auth_failure(error: &MongoError) -> bool {
     matches!(error.kind.as_ref(), MongoErrorKind::Authentication { .. })
         || mongo_code(error) == Some(CODE_AUTHENTICATION_FAILED)
 }
@@ -177,7 +177,7 @@ fn is_persistent_kafka(code: RDKafkaErrorCode) -> bool {
 /// Classifies a Kafka error: permanent rejections are fatal, unknown topics persistent,
 /// everything else restarts the pipeline (a fatal idempotent-producer error rebuilds the
 /// producer on restart).
-pub fn classify_kafka(error: &KafkaError) -> ErrorClass {
+pub(crate) fn classify_kafka(error: &KafkaError) -> ErrorClass {
     match error.rdkafka_error_code() {
         Some(code) if is_permanent_kafka(code) => ErrorClass::Fatal,
         Some(code) if is_persistent_kafka(code) => ErrorClass::Persistent,
@@ -186,11 +186,89 @@ pub fn classify_kafka(error: &KafkaError) -> ErrorClass {
 }
 
 /// Whether `error` means the record is too large for the producer or the topic.
-pub fn is_oversize(error: &KafkaError) -> bool {
+pub(crate) fn is_oversize(error: &KafkaError) -> bool {
     matches!(
         error.rdkafka_error_code(),
         Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
     )
+}
+
+impl BridgeError {
+    /// Classifies this error (this module's rules).
+    ///
+    /// Transient: network and resumable MongoDB errors, server selection, write-concern and
+    /// checkpoint timeouts, Kafka delivery errors that librdkafka gave up on within
+    /// `message.timeout.ms`, cancelled deliveries and fatal idempotent-producer errors (a new
+    /// producer is built on restart). Persistent: unknown topics, a replica-set name mismatch,
+    /// driver failures that are neither network nor configuration, panics. Fatal:
+    /// configuration, authentication and authorization, invalid pipeline stages, history lost,
+    /// fencing, records Kafka rejects permanently (size, authorization).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Config { .. }
+            | Self::HistoryLost { .. }
+            | Self::Fenced { .. }
+            | Self::Encode { .. }
+            | Self::SplitEvent { .. }
+            | Self::OffsetsDocument { .. }
+            | Self::Producer(_)
+            | Self::ConfigChanged { .. }
+            | Self::SnapshotFilterChanged { .. }
+            | Self::TransactionTooLong { .. }
+            | Self::KafkaAuthentication { .. }
+            | Self::Oversize { .. } => ErrorClass::Fatal,
+            Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
+            Self::DeliveryCancelled { .. }
+            | Self::StreamClosed { .. }
+            | Self::Group { .. }
+            | Self::BatchAboveTopicLimit { .. }
+            | Self::RefusedInTransaction { .. }
+            | Self::Progress { .. } => ErrorClass::Transient,
+            Self::Source { source, .. }
+            | Self::Checkpoint { source, .. }
+            | Self::Copy { source, .. } => classify_mongo(source),
+            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
+                classify_kafka(source)
+            }
+            Self::DeadLetterRefused { source, .. } if is_oversize(source) => ErrorClass::Fatal,
+            Self::DeadLetterRefused { source, .. } | Self::Transaction { source, .. } => {
+                classify_kafka(source)
+            }
+        }
+    }
+
+    /// Whether librdkafka reported the producer fenced (`PRODUCER_FENCED`,
+    /// `INVALID_PRODUCER_EPOCH`, `_FENCED`, or `_FATAL`, which a transactional call returns once
+    /// the producer raised a fatal error such as a fencing): either a newer producer of the same
+    /// `transactional.id` started, or the coordinator timed a transaction out and bumped the
+    /// epoch (KAFKA-6119, librdkafka#3297). The pipeline's lifecycle tells the two apart by the
+    /// offsets document's epoch.
+    pub(crate) fn is_producer_fenced(&self) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let code = match self {
+            Self::Transaction { source, .. } | Self::Delivery { source, .. } => {
+                source.rdkafka_error_code()
+            }
+            _ => None,
+        };
+        matches!(
+            code,
+            Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch | C::Fatal)
+        )
+    }
+
+    /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
+    /// next run (a fatal idempotent-producer state only clears with a new producer).
+    pub(crate) fn is_producer_failure(&self) -> bool {
+        matches!(
+            self,
+            Self::Delivery { .. }
+                | Self::DeliveryCancelled { .. }
+                | Self::DeadLetterRefused { .. }
+                | Self::RefusedInTransaction { .. }
+                | Self::Transaction { .. }
+        )
+    }
 }
 
 #[cfg(test)]
@@ -198,7 +276,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::error::command_error;
+    use crate::error::tests::command_error;
 
     #[test]
     fn history_lost_codes_are_fatal() {

@@ -8,9 +8,11 @@ use std::error::Error as StdError;
 
 use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind};
 
+use super::{BridgeError, ErrorClass};
+
 /// A one-line description of a driver error: the server's code name, code and message, or the
 /// kind of client-side failure, without the driver's debug dump.
-pub fn describe_mongo(error: &MongoError) -> String {
+pub(crate) fn describe_mongo(error: &MongoError) -> String {
     use mongodb::error::WriteFailure;
     match error.kind.as_ref() {
         MongoErrorKind::Command(c) => format!("{} ({}): {}", c.code_name, c.code, c.message),
@@ -96,11 +98,87 @@ pub fn report(error: &(dyn StdError + 'static), secrets: &[&str]) -> String {
     text
 }
 
+impl ErrorClass {
+    /// The bounded metric label of the class.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Persistent => "persistent",
+            Self::Fatal => "fatal",
+        }
+    }
+}
+
+impl BridgeError {
+    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Config { .. } => "config",
+            Self::Source { .. } => "source",
+            Self::Copy { .. } => "snapshot",
+            Self::SnapshotFilterChanged { .. } => "snapshot_filter",
+            Self::StreamClosed { .. } => "invalidate",
+            Self::HistoryLost { .. } => "history_lost",
+            Self::ReplicaSetMismatch { .. } => "replica_set",
+            Self::Encode { .. } => "encode",
+            Self::SplitEvent { .. } => "split",
+            Self::Delivery { .. } => "delivery",
+            Self::KafkaAuthentication { .. } => "kafka_authentication",
+            Self::Oversize { .. } => "oversize",
+            Self::DeadLetterRefused { .. } => "dead_letter",
+            Self::DeliveryCancelled { .. } => "delivery_cancelled",
+            Self::Producer(_) => "producer",
+            Self::TopicCreation { .. } => "topic_creation",
+            Self::Checkpoint { .. } => "checkpoint",
+            Self::OffsetsDocument { .. } => "offsets_document",
+            Self::Fenced { .. } => "fenced",
+            Self::Group { .. } => "group",
+            Self::ConfigChanged { .. } => "config_changed",
+            Self::TaskPanicked { .. } => "panic",
+            Self::Transaction { .. } => "transaction",
+            Self::Progress { .. } => "progress",
+            Self::TransactionTooLong { .. } => "transaction_too_long",
+            Self::BatchAboveTopicLimit { .. } => "batch_above_topic_limit",
+            Self::RefusedInTransaction { .. } => "refused_in_transaction",
+        }
+    }
+
+    /// What an operator can do about an error that kept coming back, for the log line of a
+    /// pipeline that stops after `[bridge] persistent_error_attempts` failed runs.
+    pub fn remedy(&self) -> &'static str {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let kafka = match self {
+            Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
+                source.rdkafka_error_code()
+            }
+            _ => None,
+        };
+        match (self, kafka) {
+            (_, Some(C::UnknownTopic | C::UnknownTopicOrPartition)) => {
+                "the topic does not exist: create it, set [kafka.topic_creation] enabled = true, \
+                 or enable the broker's auto.create.topics.enable"
+            }
+            (_, Some(C::TopicAuthorizationFailed)) => {
+                "grant the bridge's principal WRITE, DESCRIBE and DESCRIBE_CONFIGS on the topic \
+                 (README, \"Kafka ACLs\")"
+            }
+            (Self::TaskPanicked { .. }, _) => {
+                "this is a bug of the bridge: please report it with the log lines above"
+            }
+            (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
+            _ => {
+                "see the error above; the pipeline restarts from its committed position once \
+                  the cause is fixed and the bridge is started again"
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::BridgeError;
-    use crate::error::command_error;
+    use crate::error::tests::command_error;
 
     #[test]
     fn report_describes_driver_errors_without_their_debug_dump() {

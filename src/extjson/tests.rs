@@ -11,7 +11,10 @@ use bson::{
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
-use super::format::{ESCAPE, word_needs_escape};
+use super::scalars::{
+    ESCAPE, word_needs_escape, write_base64, write_decimal128, write_f64_finite, write_iso8601,
+    write_json_string,
+};
 use super::*;
 
 // ---------------------------------------------------------------- helpers

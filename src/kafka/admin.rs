@@ -18,15 +18,16 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::Detached;
 use super::context::KafkaContext;
+use crate::config::kafka::admin_client_config;
 use crate::config::{KafkaConfig, TopicCreation};
 use crate::error::BridgeError;
 
 /// Bound of one administrative request.
-pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One topic as the cluster's metadata lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicInfo {
+pub(crate) struct TopicInfo {
     /// Topic name.
     pub name: String,
     /// Partition count.
@@ -35,7 +36,7 @@ pub struct TopicInfo {
 
 /// What the cluster's metadata says.
 #[derive(Debug, Clone)]
-pub struct ClusterInfo {
+pub(crate) struct ClusterInfo {
     /// Brokers listed.
     pub brokers: usize,
     /// The id of the first broker listed, for broker configurations.
@@ -46,7 +47,7 @@ pub struct ClusterInfo {
 
 /// An admin client for `[kafka]` (clones share it).
 #[derive(Clone)]
-pub struct KafkaAdmin {
+pub(crate) struct KafkaAdmin {
     admin: Arc<Detached<AdminClient<KafkaContext>>>,
 }
 
@@ -54,10 +55,8 @@ impl KafkaAdmin {
     /// Creates the client (nothing is contacted yet).
     ///
     /// Errors: librdkafka's refusal of the connection or security properties.
-    pub fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
-        let mut config = super::admin_config(kafka);
-        config.set("socket.timeout.ms", "5000");
-        let admin = config.create_with_context(KafkaContext::default())?;
+    pub(crate) fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
+        let admin = admin_client_config(kafka).create_with_context(KafkaContext::default())?;
         Ok(Self {
             admin: Arc::new(Detached::new(admin)),
         })
@@ -65,7 +64,7 @@ impl KafkaAdmin {
 
     /// The cluster's brokers and topics. Errors: the metadata request's (e.g. a timeout when no
     /// broker answers within `timeout`).
-    pub async fn metadata(&self, timeout: Duration) -> Result<ClusterInfo, KafkaError> {
+    pub(crate) async fn metadata(&self, timeout: Duration) -> Result<ClusterInfo, KafkaError> {
         let admin = Arc::clone(&self.admin);
         let read = tokio::task::spawn_blocking(move || {
             let m = admin.inner().fetch_metadata(None, timeout)?;
@@ -87,7 +86,7 @@ impl KafkaAdmin {
     }
 
     /// The values of `keys` in the configuration of `resource`, `None` each where unknown.
-    pub async fn describe(
+    pub(crate) async fn describe(
         &self,
         resource: ResourceSpecifier<'_>,
         keys: &[&str],
@@ -109,7 +108,7 @@ impl KafkaAdmin {
     /// `validate_only`: nothing is created).
     ///
     /// Errors: the broker's refusal, or the request's failure.
-    pub async fn validate_create(
+    pub(crate) async fn validate_create(
         &self,
         topic: &str,
         settings: &TopicCreation,
@@ -121,7 +120,11 @@ impl KafkaAdmin {
     ///
     /// Errors: the broker's refusal (authorization, an invalid replication factor or config), or
     /// the request's failure.
-    pub async fn create(&self, topic: &str, settings: &TopicCreation) -> Result<(), KafkaError> {
+    pub(crate) async fn create(
+        &self,
+        topic: &str,
+        settings: &TopicCreation,
+    ) -> Result<(), KafkaError> {
         self.create_with(topic, settings, false).await
     }
 
@@ -156,7 +159,7 @@ impl KafkaAdmin {
 
 /// What [`KafkaAdmin::ensure_partitions`] found.
 #[derive(Debug)]
-pub struct Partitions {
+pub(crate) struct Partitions {
     /// The partition count the cluster lists.
     pub count: usize,
     /// Why there are fewer than wanted: the broker refused to add them (e.g.
@@ -173,7 +176,7 @@ impl KafkaAdmin {
     ///
     /// Errors: the topic is missing and cannot be created (e.g. `TOPIC_AUTHORIZATION_FAILED`:
     /// the ACLs the README's "Running several replicas" lists), or metadata cannot be read.
-    pub async fn ensure_partitions(
+    pub(crate) async fn ensure_partitions(
         &self,
         topic: &str,
         partitions: i32,
@@ -234,7 +237,7 @@ impl KafkaAdmin {
 
 /// Creates a pipeline's topics on first use (`[kafka.topic_creation] enabled = true`), and
 /// remembers the ones known to exist so the per-event check is one set lookup.
-pub struct TopicCreator {
+pub(crate) struct TopicCreator {
     admin: KafkaAdmin,
     settings: TopicCreation,
     pipeline: String,
@@ -244,7 +247,7 @@ pub struct TopicCreator {
 
 impl TopicCreator {
     /// A creator for `pipeline`'s topics; `existing` are topics the cluster already lists.
-    pub fn new(
+    pub(crate) fn new(
         admin: KafkaAdmin,
         settings: TopicCreation,
         pipeline: &str,
@@ -260,7 +263,7 @@ impl TopicCreator {
     }
 
     /// Whether `topic` is known to exist (no admin call before its next record).
-    pub fn knows(&self, topic: &Arc<str>) -> bool {
+    pub(crate) fn knows(&self, topic: &Arc<str>) -> bool {
         self.known.contains(topic)
     }
 
@@ -268,7 +271,7 @@ impl TopicCreator {
     /// and `cleanup.policy` when it does not.
     ///
     /// Errors: [`BridgeError::TopicCreation`] when the cluster refuses.
-    pub async fn ensure(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
+    pub(crate) async fn ensure(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
         if self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) || self.known.contains(topic) {
             self.last = Some(Arc::clone(topic));
             return Ok(());

@@ -11,7 +11,7 @@
 //!   from their cause and carry the remedy.
 //! - The retries counter only ever increases, also when a restart builds a new producer whose own
 //!   totals start again at 0 (each context counts the increase of its producer's totals).
-//! - An authentication failure (SASL or TLS) is remembered ([`KafkaContext::authentication_failure`]):
+//! - An authentication failure (SASL or TLS) is remembered ([`KafkaContext::authentication`]):
 //!   Kafka's clients treat it as not retriable (the Java client's `AuthenticationException`), and
 //!   so does the bridge, which stops the pipeline with it instead of waiting for a record to
 //!   time out (an idle pipeline would otherwise wait forever, looking healthy).
@@ -25,19 +25,16 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 
-use crate::metrics::RdkafkaGauges;
-
-/// Default `statistics.interval.ms` the bridge sets when `[kafka.properties]` does not (ms).
-pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
+use crate::observe::metrics::RdkafkaGauges;
 
 /// The same problem is logged again only after this long.
-pub const REPEAT_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const REPEAT_AFTER: Duration = Duration::from_secs(30);
 
 /// A librdkafka client context that publishes the producer's statistics and turns librdkafka's
 /// logs into actionable lines; without gauges (see [`KafkaContext::default`]) it ignores the
 /// statistics.
 #[derive(Default)]
-pub struct KafkaContext {
+pub(crate) struct KafkaContext {
     gauges: Option<RdkafkaGauges>,
     last_retries: AtomicU64,
     logs: LogLimiter,
@@ -48,11 +45,11 @@ pub struct KafkaContext {
 /// Where a client's context records its first authentication failure; clones share it, so the
 /// owner of a client reads what the context (owned by librdkafka) saw.
 #[derive(Debug, Clone, Default)]
-pub struct AuthenticationFailure(std::sync::Arc<Mutex<Option<String>>>);
+pub(crate) struct AuthenticationFailure(std::sync::Arc<Mutex<Option<String>>>);
 
 impl AuthenticationFailure {
     /// librdkafka's reason, if the client failed to authenticate.
-    pub fn get(&self) -> Option<String> {
+    pub(crate) fn get(&self) -> Option<String> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -64,27 +61,22 @@ impl AuthenticationFailure {
 
 impl KafkaContext {
     /// A context publishing into `gauges`.
-    pub fn new(gauges: RdkafkaGauges) -> Self {
+    pub(crate) fn new(gauges: RdkafkaGauges) -> Self {
         Self {
             gauges: Some(gauges),
             ..Self::default()
         }
     }
 
-    /// librdkafka's reason for this client's first authentication failure (wrong SASL
-    /// credentials or mechanism, a TLS handshake refused), if there was one.
-    pub fn authentication_failure(&self) -> Option<String> {
-        self.authentication.get()
-    }
-
-    /// A handle on what [`KafkaContext::authentication_failure`] reads, for the client's owner
-    /// (a context handed to librdkafka is no longer reachable as itself).
-    pub fn authentication(&self) -> AuthenticationFailure {
+    /// Where this client's first authentication failure (wrong SASL credentials or mechanism,
+    /// a TLS handshake refused) is recorded, for the client's owner (a context handed to
+    /// librdkafka is no longer reachable as itself).
+    pub(crate) fn authentication(&self) -> AuthenticationFailure {
         self.authentication.clone()
     }
 
     /// Applies one statistics snapshot.
-    pub fn apply(&self, stats: &Statistics) {
+    pub(crate) fn apply(&self, stats: &Statistics) {
         let Some(g) = &self.gauges else { return };
         let retries = g.apply(stats);
         let before = self.last_retries.swap(retries, Ordering::Relaxed);
@@ -200,7 +192,7 @@ mod tests {
         ctx.error(global(RDKafkaErrorCode::SaslAuthenticationFailed), "first");
         ctx.error(global(RDKafkaErrorCode::Authentication), "second");
         assert_eq!(owner.get().as_deref(), Some("first"));
-        assert_eq!(ctx.authentication_failure().as_deref(), Some("first"));
+        assert_eq!(ctx.authentication().get().as_deref(), Some("first"));
     }
 
     #[test]

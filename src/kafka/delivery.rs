@@ -13,17 +13,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 
 use super::admin::KafkaAdmin;
-use super::dead_letter::{self, Refused};
 use super::sink::KafkaSink;
 use crate::config::Format;
+use crate::encode::dead_letter::{self, Refused};
+use crate::encode::header_name;
 use crate::error::{BridgeError, is_oversize};
-use crate::metrics::{PipelineMetrics, TopicMetrics};
+use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
 
 /// One record handed to the producer: its delivery future, or librdkafka's refusal at enqueue.
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// Enqueued; the future resolves with the broker's answer.
     Enqueued(DeliveryFuture),
     /// Refused when it was enqueued (e.g. larger than the producer's `message.max.bytes`).
@@ -31,7 +33,7 @@ pub enum Delivery {
 }
 
 /// What became of one record.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Acknowledged by the broker (`acks=all`).
     Delivered,
     /// Refused by librdkafka or the broker, after librdkafka's own retries.
@@ -42,14 +44,12 @@ pub enum Outcome {
 
 impl Delivery {
     /// Waits for the record's fate.
-    pub async fn outcome(self) -> Outcome {
+    pub(crate) async fn outcome(self) -> Outcome {
         match self {
             Self::Refused(error, refused) => Outcome::Refused(error, refused),
             Self::Enqueued(future) => match future.await {
                 Ok(Ok(_)) => Outcome::Delivered,
-                Ok(Err((error, message))) => {
-                    Outcome::Refused(error, Refused::from_message(&message))
-                }
+                Ok(Err((error, message))) => Outcome::Refused(error, refused_message(&message)),
                 Err(_) => Outcome::Cancelled,
             },
         }
@@ -57,7 +57,7 @@ impl Delivery {
 
     /// `Ok` once delivered; the refusal or cancellation as a [`BridgeError`] of `pipeline` (for
     /// records outside the window: gap markers, stubs).
-    pub async fn delivered(self, pipeline: &str) -> Result<(), BridgeError> {
+    pub(crate) async fn delivered(self, pipeline: &str) -> Result<(), BridgeError> {
         match self.outcome().await {
             Outcome::Delivered => Ok(()),
             Outcome::Refused(source, refused) => Err(BridgeError::Delivery {
@@ -73,7 +73,7 @@ impl Delivery {
 }
 
 /// What the in-flight events of one pipeline share: built once per relay, one `Arc` per event.
-pub struct DeliveryContext {
+pub(crate) struct DeliveryContext {
     /// Pipeline name.
     pub pipeline: Arc<str>,
     /// The pipeline's metric handles.
@@ -88,7 +88,7 @@ pub struct DeliveryContext {
 }
 
 /// One change event's records in flight.
-pub struct EventDeliveries {
+pub(crate) struct EventDeliveries {
     /// The pipeline's shared part.
     pub context: Arc<DeliveryContext>,
     /// The pipeline's handles for the topic of the event's records.
@@ -104,7 +104,7 @@ pub struct EventDeliveries {
 impl EventDeliveries {
     /// `Ok` only when every record was delivered (or an oversized record's stub was delivered
     /// to the dead-letter topic); the first failure or cancellation is the error.
-    pub async fn wait(mut self, operation_type: &str) -> Result<(), BridgeError> {
+    pub(crate) async fn wait(mut self, operation_type: &str) -> Result<(), BridgeError> {
         let deliveries = std::mem::take(&mut self.deliveries);
         let count = deliveries.len() as u64;
         let this = self;
@@ -223,6 +223,27 @@ impl EventDeliveries {
             topic_limit: limit,
             batch_bytes: *batch_bytes,
         })
+    }
+}
+
+/// What is known of a record the broker refused (librdkafka hands it back with the delivery
+/// error): enough to name it and to build its stub.
+fn refused_message(message: &OwnedMessage) -> Refused {
+    let headers = message
+        .headers()
+        .map(|h| {
+            h.iter()
+                .filter_map(|h| Some((header_name(h.key)?, h.value?.to_vec())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let key = message.key().unwrap_or_default().to_vec();
+    Refused {
+        topic: Arc::from(message.topic()),
+        size: message.payload().map_or(0, <[u8]>::len) + key.len(),
+        key,
+        headers,
+        enqueued: true,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Group membership: one Kafka consumer per process, in the group `[bridge] group_id`,
 //! subscribed to the group's control topic, whose partitions stand for pipelines (slots). The
 //! group coordinator decides which member owns which slot; this module only reports the
-//! changes ([`Change`]) to the supervisor ([`crate::group`]). The control topic carries no
+//! changes ([`Change`]) to the supervisor ([`crate::supervisor::group`]). The control topic carries no
 //! records; the consumer never commits offsets.
 //!
 //! Invariants:
@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
@@ -33,33 +32,14 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::context::KafkaContext;
 use crate::config::KafkaConfig;
-
-/// The bridge's default `session.timeout.ms` for the group (ms): an evicted member's slots
-/// move after at most this long (librdkafka's own default is 45 000).
-pub const DEFAULT_SESSION_TIMEOUT_MS: i64 = 8_000;
-/// librdkafka's default `max.poll.interval.ms` (ms).
-pub const MAX_POLL_INTERVAL_MS_DEFAULT: i64 = 300_000;
-
-/// Defaults the user may override in `[kafka.group_properties]`. The session timeout and
-/// heartbeat give failover within ~15 s of a `kill -9` (eviction after the session timeout, the
-/// survivors learn of the rebalance at their next heartbeat); real brokers accept sessions from
-/// `group.min.session.timeout.ms` (6 000 by default) on.
-/// `topic.metadata.refresh.interval.ms`: how soon the group leader notices the control topic's
-/// new partitions when another member extended it (librdkafka's default is 5 minutes).
-const DEFAULTS: [(&str, &str); 5] = [
-    ("session.timeout.ms", "8000"),
-    ("heartbeat.interval.ms", "2000"),
-    ("partition.assignment.strategy", "cooperative-sticky"),
-    ("topic.metadata.refresh.interval.ms", "10000"),
-    ("client.id", "mongo-kafka-bridge-group"),
-];
+use crate::config::group::consumer_config;
 
 /// How long one poll of the member thread waits (ms); also how soon it notices [`Member::leave`].
 const POLL: Duration = Duration::from_millis(100);
 
 /// A change of this member's slots, reported by the rebalance callback.
 #[derive(Debug)]
-pub enum Change {
+pub(crate) enum Change {
     /// These slots were assigned to this member.
     Assigned(Vec<i32>),
     /// These slots are taken away (`lost`: the session was lost, another member may already
@@ -74,61 +54,6 @@ pub enum Change {
     },
     /// A rebalance failed, or the consumer reported an error.
     Error(String),
-}
-
-/// `key` of `[kafka.group_properties]` as an integer, `None` when unset.
-///
-/// Errors: a value that is not an integer.
-pub fn group_property_i64(kafka: &KafkaConfig, key: &str) -> Result<Option<i64>, String> {
-    match kafka.group_properties.get(key) {
-        None => Ok(None),
-        Some(v) => v
-            .to_string()
-            .parse()
-            .map(Some)
-            .map_err(|_| "must be an integer (ms)".to_owned()),
-    }
-}
-
-/// The group's `session.timeout.ms` (ms): `[kafka.group_properties]`'s when it is an integer,
-/// else [`DEFAULT_SESSION_TIMEOUT_MS`].
-pub fn session_timeout_ms(kafka: &KafkaConfig) -> i64 {
-    group_property_i64(kafka, "session.timeout.ms")
-        .ok()
-        .flatten()
-        .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS)
-}
-
-/// The group consumer's configuration: connection and security properties of
-/// `[kafka.properties]`, the bridge's defaults, `[kafka.group_properties]`, then `group.id` and
-/// no offset commits.
-pub fn consumer_config(kafka: &KafkaConfig, group_id: &str) -> ClientConfig {
-    let mut config = super::admin_config(kafka);
-    for (key, value) in DEFAULTS {
-        config.set(key, value);
-    }
-    for (key, value) in &kafka.group_properties {
-        config.set(key, value.to_string());
-    }
-    config.set("group.id", group_id);
-    config.set("enable.auto.commit", "false");
-    config.set("enable.auto.offset.store", "false");
-    config
-}
-
-/// Checks the group consumer's configuration with librdkafka itself (no client is created).
-///
-/// Errors: librdkafka's sentence naming the property.
-pub fn validate_properties(kafka: &KafkaConfig, group_id: &str) -> Result<(), String> {
-    consumer_config(kafka, group_id)
-        .create_native_config()
-        .map(drop)
-        .map_err(|e| match e {
-            KafkaError::ClientConfig(_, description, key, value) => {
-                format!("{description} (property {key:?}, value {value:?})")
-            }
-            other => other.to_string(),
-        })
 }
 
 /// The consumer's context: forwards rebalances to the supervisor.
@@ -202,7 +127,7 @@ impl ConsumerContext for MemberContext {
 }
 
 /// This process's membership: the thread that polls the group consumer.
-pub struct Member {
+pub(crate) struct Member {
     stop: Arc<AtomicBool>,
     refresh: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -214,7 +139,7 @@ impl Member {
     /// revocation waits for its answer up to `drain_bound`.
     ///
     /// Errors: librdkafka's refusal of the consumer configuration or of the subscription.
-    pub fn join(
+    pub(crate) fn join(
         kafka: &KafkaConfig,
         group_id: &str,
         topic: &str,
@@ -248,14 +173,14 @@ impl Member {
     /// A flag that makes the member thread fetch the control topic's metadata at its next
     /// poll (after this member extended it): if this member leads the group, it rebalances
     /// onto the new partitions at once instead of after `topic.metadata.refresh.interval.ms`.
-    pub fn refresher(&self) -> Arc<AtomicBool> {
+    pub(crate) fn refresher(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.refresh)
     }
 
     /// Leaves the group: stops polling and closes the consumer (which revokes what it still
     /// holds through the callback). Blocks until librdkafka closed it: call it on the blocking
     /// pool.
-    pub fn leave(mut self) {
+    pub(crate) fn leave(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

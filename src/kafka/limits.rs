@@ -26,39 +26,19 @@ use std::sync::Arc;
 use rdkafka::admin::ResourceSpecifier;
 
 use super::admin::KafkaAdmin;
-use crate::config::KafkaConfig;
 use crate::error::BridgeError;
-
-/// librdkafka's default of `batch.size` and of `message.max.bytes` (bytes).
-const LIBRDKAFKA_DEFAULT: usize = 1_000_000;
 
 /// The bytes of a record batch that holds one record of `bytes` (key, value, header names and
 /// values) with `headers` headers: the batch header (61 bytes, Kafka's record batch format
 /// v2) plus the record's own fields at their largest varint sizes (36 bytes) plus two length
 /// varints per header.
-pub fn single_record_batch(bytes: usize, headers: usize) -> usize {
+pub(crate) fn single_record_batch(bytes: usize, headers: usize) -> usize {
     61 + 36 + 10 * headers + bytes
-}
-
-/// The most bytes one record batch of the producer holds: the least of `batch.size` and
-/// `message.max.bytes` (each `[kafka.properties]` or librdkafka's default) and `cap` (a bound
-/// the pipeline learned from a topic).
-pub fn batch_bytes(kafka: &KafkaConfig, cap: Option<usize>) -> usize {
-    let property = |key: &str| {
-        kafka
-            .properties
-            .get(key)
-            .and_then(|v| v.to_string().parse::<usize>().ok())
-            .unwrap_or(LIBRDKAFKA_DEFAULT)
-    };
-    property("batch.size")
-        .min(property("message.max.bytes"))
-        .min(cap.unwrap_or(usize::MAX))
 }
 
 /// What a pipeline's runs learned about the topics, kept across its restarts.
 #[derive(Debug, Clone, Default)]
-pub struct Learned {
+pub(crate) struct Learned {
     /// The producer's `batch.size` when a topic accepts smaller batches than
     /// `[kafka.properties]` gives; `None` until then.
     pub batch_cap: Option<usize>,
@@ -68,32 +48,20 @@ pub struct Learned {
 
 impl Learned {
     /// Lowers the producer's batch bound to `limit`.
-    pub fn cap_batches(&mut self, limit: usize) {
+    pub(crate) fn cap_batches(&mut self, limit: usize) {
         self.batch_cap = Some(self.batch_cap.map_or(limit, |c| c.min(limit)));
     }
 
     /// Records that `topic` refused a record of `size` bytes (key + value).
-    pub fn refused(&mut self, topic: &str, size: usize) {
+    pub(crate) fn refused(&mut self, topic: &str, size: usize) {
         let bound = size.saturating_sub(1);
         let entry = self.refused.entry(Arc::from(topic)).or_insert(bound);
         *entry = (*entry).min(bound);
     }
 }
 
-/// Whether the producer compresses (`compression.type` or its alias `compression.codec` set,
-/// and not `none`): the broker then checks compressed batches against `max.message.bytes`, so
-/// a record's uncompressed size says nothing about whether it fits.
-pub fn compresses(kafka: &KafkaConfig) -> bool {
-    ["compression.type", "compression.codec"].iter().any(|key| {
-        kafka
-            .properties
-            .get(*key)
-            .is_some_and(|v| v.to_string() != "none")
-    })
-}
-
 /// The topics' `max.message.bytes`, learned once each.
-pub struct TopicLimits {
+pub(crate) struct TopicLimits {
     admin: KafkaAdmin,
     pipeline: Arc<str>,
     batch_bytes: usize,
@@ -101,16 +69,16 @@ pub struct TopicLimits {
     by_topic: HashMap<Arc<str>, Option<usize>>,
     /// Bounds learned from refusals ([`Learned::refused`]).
     refused: HashMap<Arc<str>, usize>,
-    /// The producer compresses ([`compresses`]).
+    /// The producer compresses ([`compresses`](crate::config::kafka::compresses)).
     compressed: bool,
     last: Option<Arc<str>>,
 }
 
 impl TopicLimits {
     /// The limits of `pipeline`'s topics, for a producer batching up to `batch_bytes`
-    /// ([`batch_bytes`]), `compressed` or not ([`compresses`]), with what earlier runs
+    /// ([`batch_bytes`](crate::config::kafka::batch_bytes)), `compressed` or not ([`compresses`](crate::config::kafka::compresses)), with what earlier runs
     /// `learned`.
-    pub fn new(
+    pub(crate) fn new(
         admin: KafkaAdmin,
         pipeline: &str,
         (batch_bytes, compressed): (usize, bool),
@@ -131,7 +99,7 @@ impl TopicLimits {
     ///
     /// Errors: [`BridgeError::BatchAboveTopicLimit`] when it is below the producer's batch
     /// bound.
-    pub async fn admit(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
+    pub(crate) async fn admit(&mut self, topic: &Arc<str>) -> Result<(), BridgeError> {
         if self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) {
             return Ok(());
         }
@@ -170,20 +138,20 @@ impl TopicLimits {
     }
 
     /// Whether `topic`'s limit was read already (no admin call before its next record).
-    pub fn knows(&self, topic: &Arc<str>) -> bool {
+    pub(crate) fn knows(&self, topic: &Arc<str>) -> bool {
         self.by_topic.contains_key(topic)
     }
 
     /// The admin client and the producer's batch bound, for the delivery path's check
     /// ([`crate::kafka::delivery`]).
-    pub fn batch_check(&self) -> (KafkaAdmin, usize) {
+    pub(crate) fn batch_check(&self) -> (KafkaAdmin, usize) {
         (self.admin.clone(), self.batch_bytes)
     }
 
     /// The bound a record's uncompressed bytes are held to at enqueue: `topic`'s
     /// `max.message.bytes` (or a refusal's lower bound), when learned; with compression only
     /// a refusal's bound (a record above the limit may fit compressed).
-    pub fn get(&self, topic: &str) -> Option<usize> {
+    pub(crate) fn get(&self, topic: &str) -> Option<usize> {
         if self.compressed {
             return self.refused.get(topic).copied();
         }
@@ -194,34 +162,10 @@ impl TopicLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::KafkaConfig;
 
     fn kafka(properties: &str) -> KafkaConfig {
-        crate::config::Config::from_toml(
-            &format!(
-                "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n\
-                 [kafka.properties]\n{properties}\n[[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n"
-            ),
-            std::iter::empty(),
-        )
-        .expect("valid")
-        .kafka
-    }
-
-    #[test]
-    fn the_batch_bound_is_the_least_of_the_properties_and_the_cap() {
-        assert_eq!(batch_bytes(&kafka(""), None), 1_000_000);
-        assert_eq!(
-            batch_bytes(&kafka("\"batch.size\" = 300000"), None),
-            300_000
-        );
-        assert_eq!(
-            batch_bytes(&kafka("\"message.max.bytes\" = 200000"), None),
-            200_000
-        );
-        assert_eq!(
-            batch_bytes(&kafka("\"batch.size\" = 300000"), Some(50_000)),
-            50_000
-        );
+        KafkaConfig::for_test(properties)
     }
 
     #[test]
@@ -245,14 +189,6 @@ mod tests {
             ),
             other => panic!("expected a refusal, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn compression_is_seen_under_both_names() {
-        assert!(!compresses(&kafka("")));
-        assert!(!compresses(&kafka("\"compression.type\" = \"none\"")));
-        assert!(compresses(&kafka("\"compression.type\" = \"zstd\"")));
-        assert!(compresses(&kafka("\"compression.codec\" = \"lz4\"")));
     }
 
     #[test]

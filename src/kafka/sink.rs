@@ -18,11 +18,12 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use super::Detached;
 use super::context::{AuthenticationFailure, KafkaContext};
 use crate::config::KafkaConfig;
-use crate::encode::Record;
+use crate::config::kafka::pipeline_producer_config;
+use crate::encode::record::Record;
 
 /// Why a record could not be enqueued.
 #[derive(Debug)]
-pub enum EnqueueError {
+pub(crate) enum EnqueueError {
     /// librdkafka's local queue is full: wait for deliveries and enqueue again (backpressure).
     QueueFull,
     /// Any other error: the record cannot be produced by this producer.
@@ -34,7 +35,7 @@ type SinkProducer = FutureProducer<KafkaContext>;
 
 /// One pipeline's producer (clones share it).
 #[derive(Clone)]
-pub struct KafkaSink {
+pub(crate) struct KafkaSink {
     pub(super) producer: Arc<Detached<SinkProducer>>,
     /// `transactional.id`, when the producer is transactional (`delivery = "exactly_once"`).
     pub(super) transactional_id: Option<Arc<str>>,
@@ -49,34 +50,23 @@ impl KafkaSink {
     /// librdkafka statistics through `context` every
     /// `statistics.interval.ms` (default 5000 unless `[kafka.properties]` sets it; 0 = off).
     ///
-    /// With `transactional_id`, the producer is transactional (see [`super::transactions`]).
+    /// With `transactional_id`, the producer is transactional (see [`super::exactly_once`]).
     /// With `batch_size`, its `batch.size` is that many bytes, whatever `[kafka.properties]`
     /// says (a topic's limit, see [`super::limits`]).
     ///
     /// Errors: librdkafka's refusal of the configuration (e.g. contradicting idempotence
     /// settings, an unreadable `ssl.ca.location`); connection problems surface later as delivery
     /// errors, after `message.timeout.ms`.
-    pub fn new(
+    pub(crate) fn new(
         kafka: &KafkaConfig,
         message_timeout_ms: u64,
         transactional_id: Option<&str>,
         batch_size: Option<usize>,
         context: KafkaContext,
     ) -> Result<Self, KafkaError> {
-        let mut config = super::producer_config(kafka, message_timeout_ms);
-        if let Some(id) = transactional_id {
-            config.set("transactional.id", id);
-        }
-        if let Some(bytes) = batch_size {
-            config.set("batch.size", bytes.to_string());
-        }
-        if !kafka.properties.contains_key("statistics.interval.ms") {
-            config.set(
-                "statistics.interval.ms",
-                super::context::DEFAULT_STATISTICS_INTERVAL_MS,
-            );
-        }
         let authentication = context.authentication();
+        let config =
+            pipeline_producer_config(kafka, message_timeout_ms, transactional_id, batch_size);
         let producer: SinkProducer = config.create_with_context(context)?;
         Ok(Self {
             producer: Arc::new(Detached::new(producer)),
@@ -87,8 +77,8 @@ impl KafkaSink {
     }
 
     /// librdkafka's reason when the producer failed to authenticate (see
-    /// [`KafkaContext::authentication_failure`]).
-    pub fn authentication_failure(&self) -> Option<String> {
+    /// [`KafkaContext::authentication`]).
+    pub(crate) fn authentication_failure(&self) -> Option<String> {
         self.authentication.get()
     }
 
@@ -96,7 +86,7 @@ impl KafkaSink {
     /// events, so a refused authentication is recorded): the number of brokers.
     ///
     /// Errors: the metadata request's, e.g. a timeout when no broker answers.
-    pub async fn metadata_brokers(&self, timeout: Duration) -> Result<usize, KafkaError> {
+    pub(crate) async fn metadata_brokers(&self, timeout: Duration) -> Result<usize, KafkaError> {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || {
             producer
@@ -112,12 +102,12 @@ impl KafkaSink {
     ///
     /// Returns the delivery future on success, [`EnqueueError::QueueFull`] when librdkafka's
     /// queue (`queue.buffering.max.messages` / `.kbytes`) is full.
-    pub fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
+    pub(crate) fn enqueue(&self, record: &Record) -> Result<DeliveryFuture, EnqueueError> {
         self.enqueue_to(record, record.partition)
     }
 
     /// Like [`KafkaSink::enqueue`], to an explicit `partition` when given (else the key decides).
-    pub fn enqueue_to(
+    pub(crate) fn enqueue_to(
         &self,
         record: &Record,
         partition: Option<i32>,
@@ -152,7 +142,7 @@ impl KafkaSink {
     /// (for the few records produced outside the relay's window: gap markers, dead-letter stubs).
     ///
     /// Errors: any other enqueue error.
-    pub async fn enqueue_waiting(
+    pub(crate) async fn enqueue_waiting(
         &self,
         record: &Record,
         partition: Option<i32>,
@@ -168,7 +158,7 @@ impl KafkaSink {
 
     /// Topic names and partition counts from the cluster's metadata, or `None` when the cluster
     /// does not answer within `timeout`.
-    pub async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
+    pub(crate) async fn topics(&self, timeout: Duration) -> Option<Vec<(String, i32)>> {
         let producer = Arc::clone(&self.producer);
         let metadata = tokio::task::spawn_blocking(move || {
             let metadata = producer.client().fetch_metadata(None, timeout).ok()?;
@@ -185,7 +175,7 @@ impl KafkaSink {
     /// The partition count of `topic`, asking for it by name (a producer's request lets a broker
     /// with `auto.create.topics.enable` create it); `None` when the cluster does not know it
     /// within `timeout`.
-    pub async fn partitions(&self, topic: &str, timeout: Duration) -> Option<i32> {
+    pub(crate) async fn partitions(&self, topic: &str, timeout: Duration) -> Option<i32> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let producer = Arc::clone(&self.producer);
@@ -210,7 +200,7 @@ impl KafkaSink {
 
     /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the
     /// blocking librdkafka call on the blocking pool. Returns whether the queue is empty.
-    pub async fn flush(&self, timeout: Duration) -> bool {
+    pub(crate) async fn flush(&self, timeout: Duration) -> bool {
         let producer = Arc::clone(&self.producer);
         tokio::task::spawn_blocking(move || producer.flush(timeout).is_ok())
             .await

@@ -48,7 +48,7 @@ impl StreamIdentity {
 }
 
 /// Hex SHA-256 of the canonical Extended JSON of `stream`.
-pub fn fingerprint(stream: &Document) -> String {
+pub(crate) fn fingerprint(stream: &Document) -> String {
     let raw = bson::RawDocumentBuf::from_document(stream)
         .expect("invariant: a document built from a parsed configuration is valid BSON");
     let json = extjson::to_string(&raw, JsonMode::Canonical)
@@ -58,7 +58,7 @@ pub fn fingerprint(stream: &Document) -> String {
 }
 
 /// `stream` as one line of relaxed Extended JSON, for messages.
-pub fn describe(stream: &Document) -> String {
+pub(crate) fn describe(stream: &Document) -> String {
     Bson::Document(stream.clone())
         .into_relaxed_extjson()
         .to_string()

@@ -14,7 +14,7 @@
 use bson::{Bson, DateTime, Document, doc};
 
 use super::fields;
-use crate::snapshot::{NamespaceProgress, Reason, Request, SnapshotState};
+use crate::snapshot::{NamespaceCopy, Reason, Request, SnapshotState};
 
 /// `state` as stored.
 pub(crate) fn state_doc(state: &SnapshotState) -> Document {
@@ -112,7 +112,7 @@ pub(crate) fn state_from(d: &Document) -> Result<Option<SnapshotState>, String> 
             Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
             _ => 0,
         };
-        namespaces.push(NamespaceProgress {
+        namespaces.push(NamespaceCopy {
             db: text("db")?,
             coll: text("coll")?,
             started: n.get_bool("started").unwrap_or(false),
@@ -195,13 +195,13 @@ mod tests {
                 reason: Reason::HistoryLost,
                 started_at: DateTime::from_millis(1000),
                 namespaces: vec![
-                    NamespaceProgress {
+                    NamespaceCopy {
                         last_id: Some(id.clone()),
                         copied: 7,
                         started: true,
-                        ..NamespaceProgress::new("shop", "orders")
+                        ..NamespaceCopy::new("shop", "orders")
                     },
-                    NamespaceProgress::new("shop", "items"),
+                    NamespaceCopy::new("shop", "items"),
                 ],
                 requested_at: Some(DateTime::from_millis(900)),
                 filter: Some(r#"{"x":{"$numberInt":"1"}}"#.into()),

@@ -1,5 +1,5 @@
-//! A running pipeline's access to its offsets document: taking it, committing positions,
-//! renewing and releasing the lease.
+//! A running pipeline's access to its offsets document: taking it, reading it, renewing and
+//! releasing the lease (its commits are in `commit.rs`).
 //!
 //! Invariants:
 //! - Ownership: [`OffsetsStore::take`] increments `epoch` conditionally on the epoch it just read
@@ -21,15 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use bson::{DateTime, Document, Timestamp, doc};
+use bson::{DateTime, Document, doc};
 use mongodb::options::{ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
 use super::identity::{StreamIdentity, describe};
-use super::{OffsetsDoc, SCHEMA_VERSION, fields, moved_to, snapshot};
+use super::{OffsetsDoc, SCHEMA_VERSION, fields};
+use crate::config::names::OffsetsLocation;
 use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
-use crate::event::Position;
-use crate::snapshot::{Request, SnapshotState};
 
 /// Attempts of the read-then-increment take-over before giving up.
 const TAKE_ATTEMPTS: usize = 10;
@@ -37,9 +36,9 @@ const TAKE_ATTEMPTS: usize = 10;
 /// Access to the offsets collection for one pipeline.
 #[derive(Clone)]
 pub struct OffsetsStore {
-    collection: Collection<Document>,
-    pipeline: String,
-    owner: String,
+    pub(super) collection: Collection<Document>,
+    pub(super) pipeline: String,
+    pub(super) owner: String,
     identity: Arc<StreamIdentity>,
     lease: Duration,
     lease_valid_until: Arc<AtomicI64>,
@@ -51,22 +50,25 @@ fn new_stream_uid() -> String {
     bson::oid::ObjectId::new().to_hex()
 }
 
-fn majority() -> WriteConcern {
+pub(super) fn majority() -> WriteConcern {
     WriteConcern::majority()
 }
 
 impl OffsetsStore {
-    /// A store for `pipeline` of stream `identity`, owned by instance `owner`, with leases of
-    /// `lease`.
+    /// A store for `pipeline` of stream `identity` in the offsets at `location`, owned by
+    /// instance `owner`, with leases of `lease`.
     pub fn new(
         client: &Client,
-        (database, collection): (&str, &str),
+        location: impl Into<OffsetsLocation>,
         pipeline: &str,
         identity: StreamIdentity,
         owner: &str,
         lease: Duration,
     ) -> Self {
-        let collection = client.database(database).collection::<Document>(collection);
+        let location = location.into();
+        let collection = client
+            .database(&location.database)
+            .collection::<Document>(&location.collection);
         Self {
             collection,
             pipeline: pipeline.to_owned(),
@@ -78,13 +80,8 @@ impl OffsetsStore {
     }
 
     /// The pipeline's name.
-    pub fn pipeline(&self) -> &str {
+    pub(crate) fn pipeline(&self) -> &str {
         &self.pipeline
-    }
-
-    /// The configured stream identity.
-    pub fn identity(&self) -> &StreamIdentity {
-        &self.identity
     }
 
     /// The condition a take-over puts on the stored identity, after checking `current` against
@@ -108,30 +105,30 @@ impl OffsetsStore {
     /// of `leaseUntil` plus the lease. Shared by clones. The relay takes no new event after it
     /// (self-fencing: a paused or partitioned instance stops publishing before its successor's
     /// takeover could go unnoticed for long).
-    pub fn lease_valid_until(&self) -> Arc<AtomicI64> {
+    pub(crate) fn lease_valid_until(&self) -> Arc<AtomicI64> {
         Arc::clone(&self.lease_valid_until)
     }
 
-    fn lease_written(&self, started_ms: i64) {
+    pub(super) fn lease_written(&self, started_ms: i64) {
         let until = started_ms + self.lease.as_millis() as i64;
         self.lease_valid_until.fetch_max(until, Ordering::Relaxed);
     }
 
-    fn error(&self, source: mongodb::error::Error) -> BridgeError {
+    pub(super) fn error(&self, source: mongodb::error::Error) -> BridgeError {
         BridgeError::Checkpoint {
             pipeline: self.pipeline.clone(),
             source: Box::new(source),
         }
     }
 
-    fn invalid(&self, reason: String) -> BridgeError {
+    pub(super) fn invalid(&self, reason: String) -> BridgeError {
         BridgeError::OffsetsDocument {
             pipeline: self.pipeline.clone(),
             reason,
         }
     }
 
-    fn lease_until(&self) -> DateTime {
+    pub(super) fn lease_until(&self) -> DateTime {
         DateTime::from_millis(DateTime::now().timestamp_millis() + self.lease.as_millis() as i64)
     }
 
@@ -158,7 +155,7 @@ impl OffsetsStore {
     }
 
     /// The stored document, if any (no ownership check).
-    pub async fn read(&self) -> Result<Option<OffsetsDoc>, BridgeError> {
+    pub(crate) async fn read(&self) -> Result<Option<OffsetsDoc>, BridgeError> {
         let found = self
             .collection
             .find_one(doc! { fields::ID: &self.pipeline })
@@ -289,7 +286,7 @@ impl OffsetsStore {
     }
 
     /// Reads the stored position again (on a restart) and checks we still own it.
-    pub async fn load(&self, epoch: i64) -> Result<OffsetsDoc, BridgeError> {
+    pub(crate) async fn load(&self, epoch: i64) -> Result<OffsetsDoc, BridgeError> {
         let offsets = self.read().await?.ok_or_else(|| {
             self.invalid("the document was deleted while the pipeline ran".to_owned())
         })?;
@@ -302,149 +299,9 @@ impl OffsetsStore {
         Ok(offsets)
     }
 
-    /// Stores `startAtOperationTime` so a restart before the first commit starts there too.
-    pub async fn set_start_time(&self, epoch: i64, at: Timestamp) -> Result<(), BridgeError> {
-        self.update(
-            epoch,
-            doc! { "$set": { fields::START_AT_OPERATION_TIME: at } },
-        )
-        .await
-    }
-
-    /// [`OffsetsStore::commit`] (which also sets `leaseUntil`), recording the lease's validity.
-    pub async fn commit_and_renew(
-        &self,
-        epoch: i64,
-        position: Option<&Position>,
-        snapshot: Option<&SnapshotState>,
-        events: u64,
-        sequenced: Option<(i64, Option<i64>)>,
-    ) -> Result<(), BridgeError> {
-        let started_ms = DateTime::now().timestamp_millis();
-        self.commit(epoch, position, snapshot, events, sequenced)
-            .await?;
-        self.lease_written(started_ms);
-        Ok(())
-    }
-
-    /// Writes `position` (and `events` more committed events) and the snapshot's delivered
-    /// state, when given, with majority write concern, in one update. A finished snapshot's
-    /// state is replaced by its `lastSnapshot` summary. `sequenced`: for a position Kafka
-    /// committed first (exactly-once), its commit sequence and progress-record offset, stored
-    /// as they are (`commitSequence` only rises: `$max`); `None` raises `commitSequence` by one.
-    ///
-    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
-    pub async fn commit(
-        &self,
-        epoch: i64,
-        position: Option<&Position>,
-        snapshot: Option<&SnapshotState>,
-        events: u64,
-        sequenced: Option<(i64, Option<i64>)>,
-    ) -> Result<(), BridgeError> {
-        let (mut set, unset) =
-            super::progress::position_fields(position, snapshot).map_err(|r| self.invalid(r))?;
-        set.insert(fields::OWNER, &self.owner);
-        set.insert(fields::LEASE_UNTIL, self.lease_until());
-        set.insert(fields::BRIDGE_VERSION, env!("CARGO_PKG_VERSION"));
-        let mut inc = doc! { fields::EVENTS_COMMITTED: events as i64 };
-        let mut update = doc! {};
-        match sequenced {
-            Some((sequence, offset)) => {
-                update.insert("$max", doc! { fields::COMMIT_SEQUENCE: sequence });
-                set.insert(fields::DELIVERY, "exactly_once");
-                if let Some(offset) = offset {
-                    set.insert(fields::PROGRESS_OFFSET, offset);
-                }
-            }
-            None => {
-                inc.insert(fields::COMMIT_SEQUENCE, 1_i64);
-                set.insert(fields::DELIVERY, "at_least_once");
-            }
-        }
-        update.insert("$set", set);
-        update.insert("$inc", inc);
-        if !unset.is_empty() {
-            update.insert("$unset", unset);
-        }
-        self.update(epoch, update).await
-    }
-
-    /// Brings the document to `record`'s position, found at `offset` of the progress topic
-    /// (exactly-once: Kafka committed the transaction, the offsets write after it did not
-    /// happen), keeping our epoch and lease.
-    ///
-    /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
-    pub async fn bring_forward(
-        &self,
-        epoch: i64,
-        record: &super::progress::ProgressRecord,
-        offset: i64,
-    ) -> Result<(), BridgeError> {
-        let (mut set, unset) = record.forward_fields();
-        set.insert(fields::PROGRESS_OFFSET, offset);
-        set.insert(fields::DELIVERY, "exactly_once");
-        let mut update = doc! {
-            "$set": set,
-            "$max": { fields::COMMIT_SEQUENCE: record.sequences.commit },
-        };
-        if !unset.is_empty() {
-            update.insert("$unset", unset);
-        }
-        self.update(epoch, update).await
-    }
-
-    /// Removes the snapshot request answered by the snapshot that recorded `requested_at`
-    /// (only that one: a newer request waits for its turn).
-    pub async fn consume_request(
-        &self,
-        epoch: i64,
-        requested_at: DateTime,
-    ) -> Result<(), BridgeError> {
-        let request_at = format!("{}.requestedAt", fields::SNAPSHOT_REQUEST);
-        self.collection
-            .update_one(
-                doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch, request_at: requested_at },
-                doc! { "$unset": { fields::SNAPSHOT_REQUEST: "" } },
-            )
-            .write_concern(majority())
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(())
-    }
-
-    /// Stores a snapshot request (the first start of a `snapshot = "initial"` pipeline, or a
-    /// re-sync after a lost history) if none waits yet.
-    pub async fn request_snapshot(&self, epoch: i64, request: &Request) -> Result<(), BridgeError> {
-        let stored = snapshot::request_doc(request, &self.owner);
-        self.update(epoch, doc! { "$set": { fields::SNAPSHOT_REQUEST: stored } })
-            .await
-    }
-
-    /// Moves the position to `at` on purpose (history-loss policy `skip`): the token is removed
-    /// and the next start uses `startAtOperationTime: at` ([`moved_to`]).
-    /// With `resync` (`on_history_lost = "snapshot"`), the same update stores that snapshot
-    /// request, so a crash after it still re-syncs.
-    pub async fn move_to(
-        &self,
-        epoch: i64,
-        at: Timestamp,
-        resync: Option<&Request>,
-    ) -> Result<(), BridgeError> {
-        let (mut set, unset) = moved_to(at);
-        if let Some(request) = resync {
-            set.insert(
-                fields::SNAPSHOT_REQUEST,
-                snapshot::request_doc(request, &self.owner),
-            );
-        }
-        self.update(epoch, doc! { "$set": set, "$unset": unset })
-            .await
-    }
-
     /// Ends the lease now (clean or fatal stop), so standbys, tools and `offsets reset` see no
     /// live owner.
-    pub async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
+    pub(crate) async fn release(&self, epoch: i64) -> Result<(), BridgeError> {
         self.update(
             epoch,
             doc! { "$set": { fields::LEASE_UNTIL: DateTime::now() } },
@@ -465,7 +322,7 @@ impl OffsetsStore {
     }
 
     /// Applies `update` (whose `$set` gains `schemaVersion`) if our `epoch` is still current.
-    async fn update(&self, epoch: i64, mut update: Document) -> Result<(), BridgeError> {
+    pub(super) async fn update(&self, epoch: i64, mut update: Document) -> Result<(), BridgeError> {
         if let Ok(set) = update.get_document_mut("$set") {
             set.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
         }

@@ -7,22 +7,24 @@
 //! - `init_transactions` runs before the progress topic is read: the previous owner's open
 //!   transaction is aborted by then, so everything of ours up to the high watermark is decided.
 //! - The newer of the progress record and the offsets document wins by their sequences
-//!   ([`progress::newer`]); the offsets document is brought forward to a newer record before
+//!   ([`newer`]); the offsets document is brought forward to a newer record before
 //!   the stream opens, so everything after it reads one position.
 
 use std::time::Duration;
 
 use tracing::info;
 
-use super::PipelineContext;
-use crate::config::transactions::transaction_timeout_ms;
+use super::context::PipelineContext;
+use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_ms};
+use crate::config::names::progress_topic;
 use crate::error::BridgeError;
-use crate::kafka::progress as topic;
-use crate::offsets::progress::{self, ProgressKey, Sequences};
+use crate::kafka::exactly_once::read_latest;
+use crate::offsets::exactly_once::{ProgressKey, Sequences, newer};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
+use crate::relay::exactly_once::{TransactionSettings, Transactions};
 
 /// The sequences of `doc`.
-pub(super) fn sequences(doc: &OffsetsDoc) -> Sequences {
+fn sequences(doc: &OffsetsDoc) -> Sequences {
     Sequences {
         reset: doc.reset_sequence,
         commit: doc.commit_sequence,
@@ -33,10 +35,7 @@ pub(super) fn sequences(doc: &OffsetsDoc) -> Sequences {
 /// the document's `streamUid` (which every take records).
 ///
 /// Errors: [`BridgeError::OffsetsDocument`] for a taken document without a `streamUid`.
-pub(super) fn progress_key(
-    ctx: &PipelineContext,
-    doc: &OffsetsDoc,
-) -> Result<ProgressKey, BridgeError> {
+fn progress_key(ctx: &PipelineContext, doc: &OffsetsDoc) -> Result<ProgressKey, BridgeError> {
     let stream_uid = doc
         .stream_uid
         .clone()
@@ -75,23 +74,22 @@ pub(super) async fn reconcile(
         .init_transactions(timeout)
         .await
         .map_err(|e| failed("init", e))?;
-    let name = topic::topic(&ctx.config.mongodb.offsets_database);
+    let name = progress_topic(&ctx.config.mongodb.offsets_database);
     ctx.admin
-        .create(&name, &topic::creation(&ctx.config))
+        .create(&name, &progress_topic_creation(&ctx.config))
         .await
         .map_err(|e| failed("progress_topic", e))?;
     let kafka = ctx.config.kafka.clone();
     let owner = progress_key(ctx, &offsets)?;
-    let read =
-        tokio::task::spawn_blocking(move || topic::read_latest(&kafka, &name, &owner, timeout))
-            .await
-            .map_err(|e| crate::pipeline::panicked(&p.name, "pipeline", e))?
-            .map_err(|reason| BridgeError::Progress {
-                pipeline: p.name.clone(),
-                reason,
-            })?;
+    let read = tokio::task::spawn_blocking(move || read_latest(&kafka, &name, &owner, timeout))
+        .await
+        .map_err(|e| super::stage::panicked(&p.name, "pipeline", e))?
+        .map_err(|reason| BridgeError::Progress {
+            pipeline: p.name.clone(),
+            reason,
+        })?;
     match read {
-        Some((record, offset)) if progress::newer(record.sequences, sequences(&offsets)) => {
+        Some((record, offset)) if newer(record.sequences, sequences(&offsets)) => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,
                   "the progress topic is ahead of the offsets document (a stop between Kafka's \
                    commit and the offsets write): bringing the document forward");
@@ -100,4 +98,26 @@ pub(super) async fn reconcile(
         }
         _ => Ok(offsets),
     }
+}
+
+/// The transaction state of an exactly-once run, from the offsets as they are now (after the
+/// initial commit, if there was one).
+pub(super) async fn transactions(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    epoch: i64,
+) -> Result<Transactions, BridgeError> {
+    let now = store.load(epoch).await?;
+    let config = &ctx.config;
+    let settings = TransactionSettings {
+        progress_topic: progress_topic(&config.mongodb.offsets_database),
+        owner: progress_key(ctx, &now)?,
+        epoch,
+        sequences: sequences(&now),
+        progress_offset: now.progress_offset,
+        max_events: ctx.pipeline.max_transaction_events,
+        interval: Duration::from_millis(config.bridge.commit_interval_ms),
+        transaction_timeout: Duration::from_millis(transaction_timeout_ms(config)),
+    };
+    Ok(Transactions::new(settings, ctx.metrics.transactions()))
 }

@@ -92,6 +92,19 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
     }
 }
 
+/// Runs `work` unless `cancel` fires first (`None`): startup steps that may wait for a server
+/// (taking the offsets, opening the stream) must not delay a shutdown.
+pub(super) async fn cancellable<T>(
+    cancel: &CancellationToken,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        out = work => Some(out),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,9 +13,9 @@ use bson::DateTime;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::cancellable;
+use super::stage::cancellable;
 use crate::error::{BridgeError, report};
-use crate::health::PipelineHealth;
+use crate::observe::health::PipelineHealth;
 use crate::offsets::OffsetsStore;
 
 /// How often a standby reads the offsets document.
@@ -113,7 +113,7 @@ mod tests {
         let health = PipelineHealth::default();
         let slow = async {
             tokio::time::sleep(Duration::from_millis(1300)).await;
-            crate::health::now_ms()
+            crate::observe::health::now_ms()
         };
         let done_at = beating(&health, slow).await;
         let last = health.heartbeat_ms.load(Ordering::Relaxed);

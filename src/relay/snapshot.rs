@@ -13,10 +13,11 @@ use bson::{RawDocument, Timestamp};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{Kind, Mark, Pending, Relay};
+use super::enqueue::{Kind, Pending};
+use super::{Mark, Relay};
 use crate::error::BridgeError;
 use crate::kafka::delivery::{Delivery, EventDeliveries};
-use crate::snapshot::{CopyTarget, Marker, Progress};
+use crate::snapshot::{CopyTarget, Marker, SharedState};
 
 /// How long the cluster may take to tell a markers topic's partitions (it may be creating it).
 const PARTITIONS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,7 +31,7 @@ impl Relay {
         target: &CopyTarget,
         raw: &RawDocument,
         read_time: Option<Timestamp>,
-        progress: Option<Progress>,
+        state: Option<SharedState>,
     ) -> Result<Option<Pending>, BridgeError> {
         let (records, diverted) =
             self.encoder
@@ -43,7 +44,7 @@ impl Relay {
             self.diverted(diverted);
         }
         self.before_records(None, false, &records).await?;
-        self.enqueue_new(records, Kind::Snapshot("snapshot", progress))
+        self.enqueue_new(records, Kind::Snapshot("snapshot", state))
             .await
     }
 
@@ -56,7 +57,7 @@ impl Relay {
         target: &CopyTarget,
         marker: Marker,
         copied: u64,
-        progress: Progress,
+        state: SharedState,
     ) -> Result<Option<Pending>, BridgeError> {
         let topic = self.encoder.topic_of(&target.db, &target.coll);
         if let Some(creator) = &mut self.topics {
@@ -82,18 +83,18 @@ impl Relay {
         };
         let records = self.encoder.markers(target, marker, copied, partitions);
         self.before_records(None, false, &records).await?;
-        let kind = Kind::Snapshot(marker.operation_type(), Some(progress));
+        let kind = Kind::Snapshot(marker.operation_type(), Some(state));
         self.enqueue_new(records, kind).await
     }
 
-    /// Puts a snapshot entry in the window; it yields `progress` (or nothing) once delivered.
+    /// Puts a snapshot entry in the window; it yields `state` (or nothing) once delivered.
     pub(super) fn push_snapshot(
         &mut self,
         topic: Arc<str>,
         bytes: usize,
         deliveries: Vec<Delivery>,
         operation_type: &'static str,
-        progress: Option<Progress>,
+        state: Option<SharedState>,
     ) {
         let deliveries = EventDeliveries {
             context: Arc::clone(&self.context),
@@ -102,7 +103,7 @@ impl Relay {
             enqueued_at: Instant::now(),
             deliveries,
         };
-        let mark = progress.map_or(Mark::Nothing, Mark::Snapshot);
+        let mark = state.map_or(Mark::Nothing, Mark::Snapshot);
         self.window.push_event(bytes, async move {
             deliveries.wait(operation_type).await.map(|()| mark)
         });

@@ -9,7 +9,7 @@
 //!   give that: a server may read a cursor's documents before the `getMore` that returns them
 //!   (seen on SecantusDB: a copied record older than an event returned before its `getMore`).
 //! - `{_id: {$gt: x}}` matches only `x`'s type bracket, so the copy pages within one bracket at
-//!   a time, in MongoDB's comparison order ([`BRACKETS`]), starting each bracket at its lowest
+//!   a time, in MongoDB's comparison order (`BRACKETS`), starting each bracket at its lowest
 //!   value; single-value brackets (MinKey, null, NaN, MaxKey) are one query each. No `_id` of a
 //!   type MongoDB accepts is skipped (arrays, regexes and undefined are not accepted; JavaScript
 //!   code `_id`s are not copied, which the README states).
@@ -112,7 +112,7 @@ fn is_nan(d: &bson::Decimal128) -> bool {
 /// Bytes of documents one batch holds at most (one server reply's bound): a batch ends
 /// earlier when its documents are large, so a copy's memory does not grow with
 /// `snapshot_batch_size` × document size.
-pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// One batch's documents.
 #[derive(Debug)]

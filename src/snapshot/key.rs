@@ -13,7 +13,7 @@ use bson::{RawBsonRef, RawDocument, RawDocumentBuf};
 /// sharded collection (`config.collections`), `None` for an unsharded one.
 ///
 /// Errors: a sentence when `doc` has no `_id` or is malformed BSON.
-pub fn document_key(
+pub(crate) fn document_key(
     doc: &RawDocument,
     shard_key: Option<&[String]>,
 ) -> Result<RawDocumentBuf, String> {

@@ -12,18 +12,19 @@ use mongodb::Client;
 use mongodb::results::CollectionType;
 
 use crate::config::PipelineConfig;
+use crate::config::names::OffsetsLocation;
 
 /// Databases a deployment-scope snapshot never copies.
-pub(super) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
+pub(crate) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
 
 /// The namespaces `p` copies, in name order; `only`: just this one (a request naming it).
-/// `offsets`: the bridge's own `(database, collection)`.
+/// `offsets`: where the bridge's own collections are.
 ///
 /// Errors: the driver's (listing databases or collections).
-pub async fn namespaces(
+pub(crate) async fn namespaces(
     client: &Client,
     p: &PipelineConfig,
-    offsets: (&str, &str),
+    offsets: &OffsetsLocation,
     only: Option<&(String, String)>,
 ) -> Result<Vec<(String, String)>, mongodb::error::Error> {
     if let Some((db, coll)) = only {
@@ -42,7 +43,7 @@ pub async fn namespaces(
     let mut out = Vec::new();
     for db in databases {
         for coll in collections(client, &db).await? {
-            if db == offsets.0 && crate::offsets::own_collections(offsets.1).contains(&coll) {
+            if db == offsets.database && offsets.own_collections().contains(&coll) {
                 continue;
             }
             out.push((db.clone(), coll));
@@ -75,7 +76,7 @@ async fn collections(client: &Client, db: &str) -> Result<Vec<String>, mongodb::
 /// The shard key's field names of `db.coll`, in the key pattern's order, when it is sharded
 /// (`config.collections`); `None` when it is not, or when `config` cannot be read (a replica
 /// set has no sharded collections).
-pub async fn shard_key(client: &Client, db: &str, coll: &str) -> Option<Vec<String>> {
+pub(crate) async fn shard_key(client: &Client, db: &str, coll: &str) -> Option<Vec<String>> {
     let found = client
         .database("config")
         .collection::<Document>("collections")

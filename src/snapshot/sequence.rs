@@ -14,7 +14,8 @@
 //! finished, the last record of every key (a document of a copied namespace) in the topic is
 //! the document's current state, or a tombstone if it was deleted.
 //!
-//! Premises (upheld by [`super::source`] and the settings `config/rules.rs` requires):
+//! Premises (upheld by the source task, `source/snapshot.rs` and `source/copying.rs`, and the
+//! settings `config/snapshot.rs` requires):
 //! - P1. One task reads the stream and issues every copy request. A copy batch's slot is
 //!   opened ([`Sequencer::open`]) before its request (one `find`, `copy.rs`) is issued, and every
 //!   stream item is [`Sequencer::push`]ed when the stream returns it. Items leave by
@@ -55,11 +56,11 @@ use std::collections::VecDeque;
 
 /// Stream items that may wait behind unanswered copy requests before the stream is no longer
 /// read (it resumes when a reply arrives): the bound of what a slow copy request holds back.
-pub const HOLD_ITEMS: usize = 1024;
+pub(crate) const HOLD_ITEMS: usize = 1024;
 
 /// A slot's handle, returned by [`Sequencer::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slot(u64);
+pub(crate) struct Slot(u64);
 
 enum Entry<T> {
     /// A stream item.
@@ -69,7 +70,7 @@ enum Entry<T> {
 }
 
 /// Stream items and copy batches in the order they enter the relay.
-pub struct Sequencer<T> {
+pub(crate) struct Sequencer<T> {
     queue: VecDeque<Entry<T>>,
     next_slot: u64,
     items: usize,
@@ -87,7 +88,7 @@ impl<T> Default for Sequencer<T> {
 
 impl<T> Sequencer<T> {
     /// Takes the place of a copy batch whose request is about to be issued.
-    pub fn open(&mut self) -> Slot {
+    pub(crate) fn open(&mut self) -> Slot {
         let slot = self.next_slot;
         self.next_slot += 1;
         self.queue.push_back(Entry::Batch(slot, None));
@@ -95,13 +96,13 @@ impl<T> Sequencer<T> {
     }
 
     /// Appends an item the stream just returned (or a marker, which is ordered like one).
-    pub fn push(&mut self, item: T) {
+    pub(crate) fn push(&mut self, item: T) {
         self.items += 1;
         self.queue.push_back(Entry::Item(item));
     }
 
     /// The reply of `slot`'s request: its items take the slot's place.
-    pub fn fill(&mut self, slot: Slot, items: Vec<T>) {
+    pub(crate) fn fill(&mut self, slot: Slot, items: Vec<T>) {
         let found = self
             .queue
             .iter_mut()
@@ -112,7 +113,7 @@ impl<T> Sequencer<T> {
     }
 
     /// The next item to enter the relay, if it does not wait for a reply.
-    pub fn pop(&mut self) -> Option<T> {
+    pub(crate) fn pop(&mut self) -> Option<T> {
         loop {
             match self.queue.front_mut()? {
                 Entry::Item(_) => {
@@ -134,12 +135,12 @@ impl<T> Sequencer<T> {
     }
 
     /// Stream items (and markers) waiting in the queue.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.items
     }
 
     /// Whether nothing waits: no item, no open slot.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
 }

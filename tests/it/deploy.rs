@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use mongo_kafka_bridge::Config;
-use mongo_kafka_bridge::kafka::topics;
-use mongo_kafka_bridge::metrics::ALL;
+use mongo_kafka_bridge::config::names as topics;
+use mongo_kafka_bridge::observe::metrics::ALL;
 use serde_norway::Value;
 
 use crate::opsutil::{prometheus_tools, root};

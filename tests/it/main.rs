@@ -3,6 +3,8 @@
 //! so tests run in parallel; tests that stop or freeze servers use their own named instances.
 
 #![allow(clippy::unwrap_used)]
+// A binary exports nothing: the library's lints on public items (Cargo.toml) do not apply.
+#![allow(unreachable_pub, missing_docs)]
 
 mod cases;
 mod check;

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document, doc};
 use mongo_kafka_bridge::BridgeError;
 use mongo_kafka_bridge::error::ErrorClass;
-use mongo_kafka_bridge::metrics::{DELIVERY_ERRORS, ERRORS, MESSAGES_ENQUEUED, Metrics, RESTARTS};
+use mongo_kafka_bridge::observe::metrics::{
+    DELIVERY_ERRORS, ERRORS, MESSAGES_ENQUEUED, Metrics, RESTARTS,
+};
 use mongodb::Client;
 use rdkafka::types::RDKafkaErrorCode;
 

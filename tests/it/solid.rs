@@ -18,7 +18,10 @@ const WAIT: Duration = Duration::from_secs(60);
 /// After the expected records, how long no further record may arrive (duplicates show up).
 const QUIET: Duration = Duration::from_secs(2);
 
-fn pipeline_owned(metrics: &mongo_kafka_bridge::metrics::Metrics, pipeline: &str) -> String {
+fn pipeline_owned(
+    metrics: &mongo_kafka_bridge::observe::metrics::Metrics,
+    pipeline: &str,
+) -> String {
     let line = format!("mongo_kafka_bridge_pipeline_owned{{pipeline=\"{pipeline}\"}} ");
     metrics
         .render()

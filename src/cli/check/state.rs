@@ -1,0 +1,303 @@
+//! Per-pipeline state checks of `check`: pre-/post-images, the offsets document, and the largest
+//! document of each watched collection.
+
+use bson::{Bson, DateTime, Document, doc};
+use mongodb::Client;
+
+use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
+use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
+use crate::encode::topics;
+use crate::observe::history::OplogBounds;
+use crate::offsets::identity::describe;
+use crate::offsets::operator::OffsetsAdmin;
+use crate::offsets::{OffsetsDoc, StreamIdentity};
+
+/// Collections of a database-scoped pipeline whose sizes are checked, at most.
+const MAX_COLLECTIONS: usize = 20;
+
+/// Pre-/post-images: only when the pipeline asks for them and watches one collection.
+pub(super) async fn images_line(client: &Client, p: &PipelineConfig) -> Option<CheckLine> {
+    let post = matches!(
+        p.full_document,
+        FullDocument::WhenAvailable | FullDocument::Required
+    );
+    let pre = p.full_document_before_change != FullDocumentBeforeChange::Off;
+    let required = p.full_document == FullDocument::Required
+        || p.full_document_before_change == FullDocumentBeforeChange::Required;
+    if !post && !pre {
+        return None;
+    }
+    let (Some(db), Some(coll)) = (&p.database, &p.collection) else {
+        return Some(line(
+            true,
+            format!(
+                "pipeline {}: pre-/post-images are configured per collection; not checked for {}",
+                p.name,
+                p.scope()
+            ),
+        ));
+    };
+    let specs = client
+        .database(db)
+        .list_collections()
+        .filter(doc! { "name": coll })
+        .await;
+    let enabled = match specs {
+        Ok(mut cursor) => {
+            use futures::StreamExt;
+            match cursor.next().await {
+                Some(Ok(spec)) => spec
+                    .options
+                    .change_stream_pre_and_post_images
+                    .is_some_and(|o| o.enabled),
+                _ => false,
+            }
+        }
+        Err(_) => false,
+    };
+    let remedy = format!(
+        "Remedy: db.getSiblingDB({db:?}).runCommand({{collMod: {coll:?}, \
+         changeStreamPreAndPostImages: {{enabled: true}}}})"
+    );
+    Some(match (enabled, required) {
+        (true, _) => line(
+            true,
+            format!(
+                "pipeline {}: pre-/post-images enabled on {db}.{coll}",
+                p.name
+            ),
+        ),
+        (false, true) => line(
+            false,
+            format!(
+                "pipeline {}: images are `required` but not enabled on {db}.{coll}: the stream \
+             fails on the first update. {remedy}",
+                p.name
+            ),
+        ),
+        (false, false) if p.snapshots() && p.full_document == FullDocument::WhenAvailable => line(
+            false,
+            format!(
+                "pipeline {}: full_document = \"when_available\" but post-images are not enabled \
+                 on {db}.{coll}: updates would carry no document, and the snapshot's mirror would \
+                 keep older copies as the last record of updated keys. {remedy} (or use \
+                 full_document = \"update_lookup\")",
+                p.name
+            ),
+        ),
+        (false, false) => line(
+            true,
+            format!(
+                "pipeline {}: images are `when_available` but not enabled on {db}.{coll}: they will \
+             be absent. {remedy}",
+                p.name
+            ),
+        ),
+    })
+}
+
+/// The pipeline's offsets document: its position (against the oplog), its owner, and whether
+/// the configured stream and key format are the ones it was committed with.
+pub(super) async fn offsets_lines(
+    client: &Client,
+    config: &Config,
+    p: &PipelineConfig,
+    bounds: Option<&OplogBounds>,
+) -> Vec<CheckLine> {
+    let (line, parsed) = offsets_line(client, config, p, bounds).await;
+    let mut lines = vec![line];
+    if let Some(parsed) = parsed {
+        lines.extend(identity_lines(p, &parsed));
+    }
+    lines
+}
+
+/// Whether the stored stream identity and key format are the configured ones.
+fn identity_lines(p: &PipelineConfig, stored: &OffsetsDoc) -> Vec<CheckLine> {
+    let configured = StreamIdentity::of(p);
+    let mut lines = Vec::new();
+    if let Some(fingerprint) = &stored.fingerprint
+        && *fingerprint != configured.fingerprint
+    {
+        let recorded = stored
+            .stream
+            .as_ref()
+            .map_or_else(|| format!("fingerprint {fingerprint}"), describe);
+        lines.push(line(
+            false,
+            format!(
+                "pipeline {}: the configured stream {} differs from the one its position was \
+                 committed for, {recorded}: run refuses the pipeline. Remedy: mongo-kafka-bridge \
+                 offsets reset {} --to-now --config FILE (start the new stream there), or \
+                 mongo-kafka-bridge offsets accept-config {} --config FILE (resume the new \
+                 filter from the old position)",
+                p.name,
+                describe(&configured.stream),
+                p.name,
+                p.name
+            ),
+        ));
+    }
+    if let Some(old) = &stored.key_format
+        && old != configured.key_format
+    {
+        lines.push(warning(format!(
+            "pipeline {}: key_format changes from {old} to {}: every key moves to new bytes (and \
+             possibly another partition), so a compacted topic keeps two records per document",
+            p.name, configured.key_format
+        )));
+    }
+    lines
+}
+
+async fn offsets_line(
+    client: &Client,
+    config: &Config,
+    p: &PipelineConfig,
+    bounds: Option<&OplogBounds>,
+) -> (CheckLine, Option<OffsetsDoc>) {
+    let found = tokio::time::timeout(
+        CHECK_TIMEOUT,
+        OffsetsAdmin::new(client, &config.mongodb).find(&p.name),
+    )
+    .await;
+    let d = match found {
+        Ok(Ok(Some(d))) => d,
+        Ok(Ok(None)) => {
+            let text = format!(
+                "pipeline {}: no offsets yet; starts at {}",
+                p.name, p.start_at
+            );
+            return (line(true, text), None);
+        }
+        _ => {
+            let text = format!("pipeline {}: offsets document cannot be read", p.name);
+            return (line(false, text), None);
+        }
+    };
+    let parsed = match OffsetsDoc::parse(&d) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            let text = format!(
+                "pipeline {}: offsets document is invalid ({reason}). Remedy: mongo-kafka-bridge \
+                 offsets reset {} --delete",
+                p.name, p.name
+            );
+            return (line(false, text), None);
+        }
+    };
+    let position = parsed.position();
+    let kind = match position {
+        Some(("token", _)) => "resume token",
+        _ => "startAtOperationTime",
+    };
+    let lease = match parsed.live_owner(DateTime::now()) {
+        Some((owner, until)) => format!(
+            "held by {owner} until {}",
+            crate::event::rfc3339_seconds(until.timestamp_millis() / 1000)
+        ),
+        None => "no live owner".to_owned(),
+    };
+    let Some((_, at)) = position else {
+        let text = format!(
+            "pipeline {}: offsets document without a position; starts at {}; {lease}",
+            p.name, p.start_at
+        );
+        return (line(true, text), Some(parsed));
+    };
+    let age = (chrono::Utc::now().timestamp() - i64::from(at.time)).max(0) as u64;
+    let position_line = match bounds {
+        Some(b) if at < b.oldest => line(
+            false,
+            format!(
+                "pipeline {}: committed {kind} at {} is older than the oldest oplog entry ({}): the \
+             history is lost. Remedy: mongo-kafka-bridge offsets reset {} --to-now --config FILE \
+             (the changes in between are skipped)",
+                p.name,
+                crate::event::rfc3339_seconds(at.time.into()),
+                crate::event::rfc3339_seconds(b.oldest.time.into()),
+                p.name
+            ),
+        ),
+        _ => line(
+            true,
+            format!(
+                "pipeline {}: committed {kind} at {} ({} ago); {lease}",
+                p.name,
+                crate::event::rfc3339_seconds(at.time.into()),
+                human(age)
+            ),
+        ),
+    };
+    (position_line, Some(parsed))
+}
+
+/// The largest document of each collection a pipeline watches (collection or database scope).
+pub(super) async fn largest_documents(
+    client: &Client,
+    p: &PipelineConfig,
+    prefix: &str,
+) -> Vec<Largest> {
+    let Some(db) = &p.database else {
+        return Vec::new();
+    };
+    let collections = match &p.collection {
+        Some(c) => vec![c.clone()],
+        None => client
+            .database(db)
+            .list_collection_names()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !c.starts_with("system."))
+            .take(MAX_COLLECTIONS)
+            .collect(),
+    };
+    let copies = match p.value {
+        ValueMode::Document => 1,
+        ValueMode::ChangeEvent => {
+            let post = u64::from(p.full_document != FullDocument::Default);
+            let pre = u64::from(p.full_document_before_change != FullDocumentBeforeChange::Off);
+            // An update's updateDescription can be as large as the document itself.
+            1 + post + pre
+        }
+    };
+    let mut out = Vec::new();
+    for coll in collections {
+        let pipeline = vec![
+            doc! { "$group": { "_id": Bson::Null, "max": { "$max": { "$bsonSize": "$$ROOT" } } } },
+        ];
+        let result = client
+            .database(db)
+            .collection::<Document>(&coll)
+            .aggregate(pipeline)
+            .max_time(CHECK_TIMEOUT)
+            .await;
+        let max = match result {
+            Ok(mut cursor) => {
+                use futures::StreamExt;
+                match cursor.next().await {
+                    Some(Ok(d)) => match d.get("max") {
+                        Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
+                        Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
+                        _ => 0,
+                    },
+                    _ => 0,
+                }
+            }
+            Err(_) => continue,
+        };
+        let topic = p
+            .topic
+            .clone()
+            .unwrap_or_else(|| topics::for_namespace(prefix, db, Some(&coll)));
+        out.push(Largest {
+            pipeline: p.name.clone(),
+            namespace: format!("{db}.{coll}"),
+            topic,
+            bytes: max,
+            copies,
+        });
+    }
+    out
+}

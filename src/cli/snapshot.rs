@@ -1,0 +1,111 @@
+//! The `snapshot` command: asks a pipeline's owner to copy its namespace(s) again while it
+//! keeps streaming.
+//!
+//! Invariants: the request is stored in the pipeline's offsets document (`snapshotRequest`),
+//! never in the user's database, and without moving the epoch, so a running owner is not
+//! fenced: it reads the request within 5 s (`checkpoint::REQUEST_POLL`) and answers it after
+//! any snapshot still running. A request made while no owner runs waits there. A namespace
+//! outside the pipeline's scope is refused.
+
+use std::io::Write;
+
+use crate::config::{Config, PipelineConfig};
+use crate::error::BridgeError;
+use crate::offsets::operator::OffsetsAdmin;
+use crate::snapshot::{Reason, Request};
+
+/// Stores the request of a snapshot of pipeline `name` (only `namespace`, `db.coll`, when
+/// given); prints what happens next. `Ok(false)` when it was refused (printed why).
+///
+/// Errors: [`BridgeError::Checkpoint`] when MongoDB refuses or cannot be reached.
+pub async fn run(
+    config: &Config,
+    name: &str,
+    namespace: Option<&str>,
+    out: &mut impl Write,
+) -> Result<bool, BridgeError> {
+    let Some(p) = config.pipelines.iter().find(|p| p.name == name) else {
+        let _ = writeln!(out, "✘ pipeline {name:?} is not in the configuration");
+        return Ok(false);
+    };
+    let namespace = match namespace.map(|ns| within_scope(p, ns)).transpose() {
+        Ok(ns) => ns,
+        Err(reason) => {
+            let _ = writeln!(out, "✘ {reason}");
+            return Ok(false);
+        }
+    };
+    let client = crate::mongo::client_with(config, |o| {
+        o.server_selection_timeout = Some(std::time::Duration::from_secs(10));
+    })
+    .await?;
+    let request = Request {
+        reason: Reason::Requested,
+        namespace,
+        requested_at: bson::DateTime::now(),
+    };
+    let by = format!("operator@{}", crate::offsets::hostname());
+    let stored = OffsetsAdmin::new(&client, &config.mongodb)
+        .request_snapshot(name, &request, &by)
+        .await;
+    client.shutdown().immediate(true).await;
+    stored.map_err(|e| BridgeError::Checkpoint {
+        pipeline: name.to_owned(),
+        source: Box::new(e),
+    })?;
+    let what = request
+        .namespace
+        .as_ref()
+        .map_or_else(|| p.scope(), |(db, coll)| format!("{db}.{coll}"));
+    let _ = writeln!(
+        out,
+        "✔ snapshot of {what} requested for pipeline {name:?}: its owner starts it within 5 s \
+         (after any snapshot still running), streaming on; `offsets show {name}` follows it"
+    );
+    Ok(true)
+}
+
+/// `ns` (`db.coll`) split, if it is inside `p`'s scope. Errors: why not.
+fn within_scope(p: &PipelineConfig, ns: &str) -> Result<(String, String), String> {
+    let Some((db, coll)) = ns
+        .split_once('.')
+        .filter(|(d, c)| !d.is_empty() && !c.is_empty())
+    else {
+        return Err(format!("--namespace {ns:?}: use db.collection"));
+    };
+    let inside = match (&p.database, &p.collection) {
+        (Some(d), Some(c)) => d == db && c == coll,
+        (Some(d), None) => d == db,
+        _ => true,
+    };
+    if !inside {
+        return Err(format!(
+            "--namespace {ns}: outside the scope of pipeline {:?} ({})",
+            p.name,
+            p.scope()
+        ));
+    }
+    Ok((db.to_owned(), coll.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_must_be_inside_the_scope() {
+        let db = PipelineConfig::for_test("database = \"shop\"\n");
+        assert_eq!(
+            within_scope(&db, "shop.orders"),
+            Ok(("shop".into(), "orders".into()))
+        );
+        assert_eq!(
+            within_scope(&db, "crm.people"),
+            Err("--namespace crm.people: outside the scope of pipeline \"p\" (shop)".into())
+        );
+        assert_eq!(
+            within_scope(&db, "orders"),
+            Err("--namespace \"orders\": use db.collection".into())
+        );
+    }
+}

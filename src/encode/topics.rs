@@ -1,0 +1,111 @@
+//! Which topic a record goes to, and the naming rule of the bridge's own topics.
+//!
+//! Data topics (README "Record format"):
+//! - a pipeline with `topic` writes everything there;
+//! - otherwise a change event goes to `<topic_prefix><db>.<coll>` of its `ns`, or
+//!   `<topic_prefix><db>` for a database event (`dropDatabase`);
+//! - an event without `ns` goes to the pipeline's configured namespace: `<topic_prefix><db>.<coll>`
+//!   for a collection, `<topic_prefix><db>` for a database, `<topic_prefix><pipeline name>` for a
+//!   deployment ([`fallback`]).
+//!
+//! Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
+//! `__transaction_state`) and to the bridge, whose own topics are named
+//! `__mongo_kafka_bridge.<offsets_database>.<kind>` ([`internal`](crate::config::names::internal)). No pipeline writes one
+//! (configuration refuses a `topic`, `dead_letter_topic` or `topic_prefix` starting with `__`),
+//! gap markers skip them ([`written_by`]), and the offsets database in the name keeps two
+//! deployments on one cluster apart.
+
+use crate::config::PipelineConfig;
+use crate::config::names::is_internal;
+
+/// The topic of namespace `db`.`coll` (or database `db`) under `prefix`.
+pub(crate) fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
+    match coll {
+        Some(coll) => format!("{prefix}{db}.{coll}"),
+        None => format!("{prefix}{db}"),
+    }
+}
+
+/// The topic of events without `ns` when the pipeline has no `topic`: its configured namespace.
+pub(crate) fn fallback(p: &PipelineConfig, prefix: &str) -> String {
+    match &p.database {
+        Some(db) => for_namespace(prefix, db, p.collection.as_deref()),
+        None => format!("{prefix}{}", p.name),
+    }
+}
+
+/// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
+/// collection scope).
+pub(crate) fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
+    match (&p.topic, &p.database, &p.collection) {
+        (Some(topic), _, _) => Some(topic.clone()),
+        (None, Some(db), Some(coll)) => Some(for_namespace(prefix, db, Some(coll))),
+        _ => None,
+    }
+}
+
+/// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
+pub(crate) fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
+    if is_internal(topic) {
+        return false;
+    }
+    if let Some(fixed) = &p.topic {
+        return topic == fixed;
+    }
+    let Some(rest) = topic.strip_prefix(prefix) else {
+        return false;
+    };
+    match (&p.database, &p.collection) {
+        (Some(db), Some(coll)) => rest == format!("{db}.{coll}"),
+        (Some(db), None) => rest
+            .strip_prefix(db.as_str())
+            .is_some_and(|r| r.is_empty() || r.starts_with('.')),
+        _ => rest.contains('.'),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::names::{control, internal};
+
+    fn pipeline(body: &str) -> PipelineConfig {
+        PipelineConfig::for_test(body)
+    }
+
+    #[test]
+    fn topics_of_each_scope() {
+        let coll = pipeline("database = \"shop\"\ncollection = \"orders\"\n");
+        assert!(written_by(&coll, "cdc.", "cdc.shop.orders"));
+        assert!(!written_by(&coll, "cdc.", "cdc.shop.orders2"));
+        assert_eq!(known(&coll, "cdc.").as_deref(), Some("cdc.shop.orders"));
+        assert_eq!(fallback(&coll, "cdc."), "cdc.shop.orders");
+        let db = pipeline("database = \"shop\"\n");
+        assert!(written_by(&db, "", "shop.orders"));
+        assert!(written_by(&db, "", "shop"));
+        assert!(!written_by(&db, "", "shopping.orders"));
+        assert_eq!(known(&db, ""), None);
+        assert_eq!(fallback(&db, "x."), "x.shop");
+        let all = pipeline("");
+        assert!(written_by(&all, "", "any.thing"));
+        assert!(!written_by(&all, "", "__consumer_offsets"));
+        assert_eq!(fallback(&all, "x."), "x.p");
+        let fixed = pipeline("database = \"shop\"\ntopic = \"orders-cdc\"\n");
+        assert!(written_by(&fixed, "", "orders-cdc"));
+        assert!(!written_by(&fixed, "", "shop.orders"));
+    }
+
+    #[test]
+    fn the_bridges_own_topics_are_internal_and_never_data_topics() {
+        let name = internal("mongo_kafka_bridge", "control");
+        assert_eq!(name, "__mongo_kafka_bridge.mongo_kafka_bridge.control");
+        assert!(is_internal(&name));
+        let all = pipeline("");
+        assert!(!written_by(&all, "", &name));
+        assert!(!is_internal("shop.orders"));
+        assert_eq!(
+            control("mkb", "east"),
+            "__mongo_kafka_bridge.mkb.group.east"
+        );
+    }
+}

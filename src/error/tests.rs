@@ -1,0 +1,123 @@
+//! Unit tests of the error type's classification, labels and remedies.
+
+use super::*;
+
+/// A server command error with `code` (the driver offers no public way to attach labels, so
+/// label handling is covered by the fail-point integration tests).
+pub(crate) fn command_error(code: i32) -> MongoError {
+    let raw = bson::doc! { "code": code, "codeName": "X", "errmsg": "boom" };
+    let cmd: mongodb::error::CommandError =
+        bson::from_document(raw).expect("a well-formed command error document");
+    mongodb::error::ErrorKind::Command(cmd).into()
+}
+
+#[test]
+fn every_error_has_one_class_and_a_bounded_label() {
+    let cases = [
+        (
+            BridgeError::TaskPanicked {
+                pipeline: "p".into(),
+                task: "source",
+                message: "boom".into(),
+            },
+            ErrorClass::Persistent,
+            "panic",
+        ),
+        (
+            BridgeError::ReplicaSetMismatch {
+                configured: "rs0".into(),
+                reported: "secantus".into(),
+                host: "h:1".into(),
+            },
+            ErrorClass::Persistent,
+            "replica_set",
+        ),
+        (
+            BridgeError::Fenced {
+                pipeline: "p".into(),
+                epoch: 3,
+            },
+            ErrorClass::Fatal,
+            "fenced",
+        ),
+        (
+            BridgeError::DeliveryCancelled {
+                pipeline: "p".into(),
+            },
+            ErrorClass::Transient,
+            "delivery_cancelled",
+        ),
+        (
+            BridgeError::TransactionTooLong {
+                pipeline: "p".into(),
+                lsid: "{}".into(),
+                txn_number: 1,
+                events: 2,
+                elapsed_ms: 3,
+                limit_ms: 4,
+            },
+            ErrorClass::Fatal,
+            "transaction_too_long",
+        ),
+        (
+            BridgeError::Progress {
+                pipeline: "p".into(),
+                reason: "no broker".into(),
+            },
+            ErrorClass::Transient,
+            "progress",
+        ),
+    ];
+    for (error, class, kind) in cases {
+        assert_eq!(error.class(), class, "{error}");
+        assert_eq!(error.kind(), kind, "{error}");
+    }
+}
+
+#[test]
+fn a_fenced_transactional_producer_is_transient_until_the_epoch_says_otherwise() {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode as C;
+    for code in [C::ProducerFenced, C::InvalidProducerEpoch, C::Fenced] {
+        let error = BridgeError::Delivery {
+            pipeline: "p".into(),
+            topic: "t".into(),
+            source: Box::new(KafkaError::MessageProduction(code)),
+        };
+        assert!(error.is_producer_fenced(), "{code:?}");
+        assert_eq!(error.class(), ErrorClass::Transient, "{code:?}");
+    }
+    let other = BridgeError::Transaction {
+        pipeline: "p".into(),
+        operation: "commit",
+        source: Box::new(KafkaError::MessageProduction(C::OperationTimedOut)),
+    };
+    assert!(!other.is_producer_fenced());
+    assert!(other.is_producer_failure(), "the producer is rebuilt");
+}
+
+#[test]
+fn a_refused_stub_is_fatal_when_too_large_and_follows_kafka_otherwise() {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let refused = |code| BridgeError::DeadLetterRefused {
+        pipeline: "p".into(),
+        topic: "dlq".into(),
+        key: "{}".into(),
+        source: Box::new(KafkaError::MessageProduction(code)),
+    };
+    assert_eq!(refused(C::MessageSizeTooLarge).class(), ErrorClass::Fatal);
+    assert_eq!(refused(C::MessageTimedOut).class(), ErrorClass::Transient);
+}
+
+#[test]
+fn a_missing_topic_names_its_remedy() {
+    let error = BridgeError::Delivery {
+        pipeline: "p".into(),
+        topic: "t".into(),
+        source: Box::new(KafkaError::MessageProduction(
+            rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
+        )),
+    };
+    assert_eq!(error.class(), ErrorClass::Persistent);
+    assert!(error.remedy().contains("[kafka.topic_creation]"));
+}

@@ -1,0 +1,331 @@
+//! Liveness and readiness state shared between the pipelines and the HTTP endpoint.
+//!
+//! Invariants:
+//! - Pipelines only store atomics here on the hot path (the standby's owner note, written once a
+//!   second by a standby, is the one short lock); the HTTP handlers only read.
+//! - Ready means: not draining, and for every pipeline either it stands by (another instance
+//!   owns it: a standby is ready, or it would stall a rolling update), or its change stream is
+//!   open, the server answers, and the oldest undelivered record is younger than
+//!   `ready_max_delivery_age_ms`.
+//! - Healthy means every running pipeline's loop (its relay, or its standby watch) ticked within
+//!   `[bridge] liveness_timeout_ms`. A loop that ended resets its heartbeat to 0, so a pipeline
+//!   between runs or standing by is never taken for a wedged one.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// One pipeline's state.
+#[derive(Debug, Default)]
+pub struct PipelineHealth {
+    /// The change stream is open and being read.
+    pub stream_open: AtomicBool,
+    /// Unix ms when the oldest in-flight record was enqueued; 0 when none is in flight.
+    pub oldest_in_flight_ms: AtomicI64,
+    /// Unix ms of the pipeline loop's last tick; 0 when no loop runs.
+    pub heartbeat_ms: AtomicI64,
+    /// The pipeline stopped for good (fatal error or shutdown).
+    pub stopped: AtomicBool,
+    /// Unix ms when the source started waiting for the server's next answer; 0 when it is not
+    /// waiting (it is handing events on).
+    pub awaiting_server_since_ms: AtomicI64,
+    /// An answer that takes longer than this (ms) makes the pipeline not ready: the server is
+    /// unreachable while the driver retries (its server selection waits up to 30 s).
+    pub server_answer_bound_ms: AtomicI64,
+    /// The last run failed in Kafka (a delivery timed out or was refused): not ready until a
+    /// delivery, or the cluster's metadata, answers again. A restarted run has nothing in
+    /// flight at first, so the age of the oldest undelivered record cannot tell.
+    pub kafka_failing: AtomicBool,
+    /// While this instance stands by: the owner and the end of its lease (Unix ms).
+    standby: Mutex<Option<(String, i64)>>,
+    /// Why the pipeline was refused (it never runs in this process).
+    refused: Mutex<Option<String>>,
+    /// In a group: the pipeline is not assigned to this member (another one runs it). Such a
+    /// pipeline counts for neither readiness nor liveness here.
+    pub elsewhere: AtomicBool,
+}
+
+impl PipelineHealth {
+    /// Records that this instance stands by while `owner` holds the lease until `until_ms`.
+    pub(crate) fn set_standby(&self, owner: &str, until_ms: i64) {
+        *self.standby.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((owner.to_owned(), until_ms));
+    }
+
+    /// Records that this instance no longer stands by (it owns the pipeline, or stopped).
+    pub(crate) fn clear_standby(&self) {
+        *self.standby.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Records that the pipeline was refused, and why.
+    pub(crate) fn set_refused(&self, reason: &str) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+    }
+
+    /// A new run begins (a group assigned the pipeline to this member): forget how the last
+    /// one ended.
+    pub(crate) fn begin_run(&self) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.stopped.store(false, Ordering::Relaxed);
+        self.elsewhere.store(false, Ordering::Relaxed);
+    }
+
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn standby(&self) -> Option<(String, i64)> {
+        self.standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The loop ticked now.
+    pub(crate) fn beat(&self) {
+        self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The loop ended: nothing to watch until the next one starts.
+    pub(crate) fn loop_ended(&self) {
+        self.heartbeat_ms.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The whole process's state.
+#[derive(Debug)]
+pub struct Health {
+    /// Shutdown began: not ready any more.
+    pub draining: AtomicBool,
+    /// Per pipeline, in config order (a reload adds and removes entries).
+    pipelines: std::sync::RwLock<Vec<(String, Arc<PipelineHealth>)>>,
+    /// A running loop that has not ticked for this long is wedged (ms).
+    liveness_timeout_ms: i64,
+    /// With `[bridge] group_id`: the membership's state.
+    group: Mutex<Option<GroupHealth>>,
+}
+
+/// A group member's state, for `/readyz`.
+#[derive(Debug, Clone, Default)]
+struct GroupHealth {
+    id: String,
+    joined: bool,
+    /// Per slot (`slot 3`) or pipeline: why this member cannot run it.
+    problems: std::collections::BTreeMap<String, String>,
+    /// The last error that keeps this member from joining.
+    error: Option<String>,
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Ready for traffic (200) or not (503).
+    pub ready: bool,
+    /// One line per reason or note, e.g. `pipeline orders: standby, owner … until …`.
+    pub lines: Vec<String>,
+}
+
+impl Health {
+    /// State for the named pipelines, whose loops are wedged after `liveness_timeout_ms`.
+    pub fn new(names: impl IntoIterator<Item = String>, liveness_timeout_ms: u64) -> Self {
+        Self {
+            draining: AtomicBool::new(false),
+            pipelines: std::sync::RwLock::new(
+                names.into_iter().map(|n| (n, Arc::default())).collect(),
+            ),
+            liveness_timeout_ms: i64::try_from(liveness_timeout_ms).unwrap_or(i64::MAX),
+            group: Mutex::new(None),
+        }
+    }
+
+    /// This process is a member of group `id` (not yet joined): every pipeline starts as
+    /// assigned elsewhere.
+    pub(crate) fn set_group(&self, id: &str) {
+        *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(GroupHealth {
+            id: id.to_owned(),
+            ..GroupHealth::default()
+        });
+        for (_, p) in self.list().iter() {
+            p.elsewhere.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// An assignment arrived (possibly empty; `true`): this member has joined; or its session
+    /// was lost (`false`): not a member until the next assignment.
+    pub(crate) fn group_joined(&self, joined: bool) {
+        self.with_group(|g| g.joined = joined);
+    }
+
+    /// Records why this member cannot run `what` (`slot 3`, or a pipeline), `None`: the
+    /// problem is gone.
+    pub(crate) fn group_problem(&self, what: &str, problem: Option<String>) {
+        self.with_group(|g| {
+            match problem {
+                Some(text) => g.problems.insert(what.to_owned(), text),
+                None => g.problems.remove(what),
+            };
+        });
+    }
+
+    /// Records the last error that keeps this member from joining (`None`: it joined).
+    pub(crate) fn group_error(&self, error: Option<String>) {
+        self.with_group(|g| g.error = error);
+    }
+
+    /// Applies `change` to the group state, if this process is a group member.
+    fn with_group(&self, change: impl FnOnce(&mut GroupHealth)) {
+        if let Some(g) = self
+            .group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            change(g);
+        }
+    }
+
+    fn group(&self) -> Option<GroupHealth> {
+        self.group.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn list(&self) -> std::sync::RwLockReadGuard<'_, Vec<(String, Arc<PipelineHealth>)>> {
+        self.pipelines.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pipelines' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.list().iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The state of pipeline `name`, created when a reload added it (assigned elsewhere until
+    /// its run begins, in a group).
+    pub(crate) fn pipeline(&self, name: &str) -> Arc<PipelineHealth> {
+        if let Some((_, health)) = self.list().iter().find(|(n, _)| n == name) {
+            return Arc::clone(health);
+        }
+        let health = Arc::new(PipelineHealth::default());
+        if self.group().is_some() {
+            health.elsewhere.store(true, Ordering::Relaxed);
+        }
+        let mut list = self.pipelines.write().unwrap_or_else(|e| e.into_inner());
+        list.push((name.to_owned(), Arc::clone(&health)));
+        health
+    }
+
+    /// Forgets pipeline `name` (a reload removed it).
+    pub(crate) fn remove_pipeline(&self, name: &str) {
+        let mut list = self.pipelines.write().unwrap_or_else(|e| e.into_inner());
+        list.retain(|(n, _)| n != name);
+    }
+
+    /// Readiness, with the reasons when not ready and the standby notes either way.
+    pub fn readiness(&self, max_delivery_age_ms: i64) -> Readiness {
+        let now = now_ms();
+        let mut reasons = Vec::new();
+        let mut notes = Vec::new();
+        if self.draining.load(Ordering::Relaxed) {
+            reasons.push("draining: shutdown in progress".to_owned());
+        }
+        if let Some(g) = self.group() {
+            if g.joined {
+                let list = self.list();
+                let runs = |p: &PipelineHealth| {
+                    !p.elsewhere.load(Ordering::Relaxed) && !p.stopped.load(Ordering::Relaxed)
+                };
+                let owned = list.iter().filter(|(_, p)| runs(p));
+                notes.push(format!(
+                    "group {}: member, runs {} pipeline(s)",
+                    g.id,
+                    owned.count()
+                ));
+            } else {
+                let last = g.error.as_ref().map(|e| format!(" (last error: {e})"));
+                reasons.push(format!(
+                    "group {}: joining, no assignment yet{}",
+                    g.id,
+                    last.unwrap_or_default()
+                ));
+            }
+            for (what, problem) in &g.problems {
+                reasons.push(format!("group {}: {what}: {problem}", g.id));
+            }
+        }
+        for (name, p) in self.list().iter() {
+            if p.elsewhere.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Some(reason) = p.refused() {
+                reasons.push(format!("pipeline {name}: refused: {reason}"));
+                continue;
+            }
+            if let Some((owner, until)) = p.standby() {
+                notes.push(format!(
+                    "pipeline {name}: standby, owner {owner} until {}",
+                    crate::event::rfc3339_seconds(until / 1000)
+                ));
+                continue;
+            }
+            if !p.stream_open.load(Ordering::Relaxed) {
+                reasons.push(format!("pipeline {name}: change stream not open"));
+            }
+            if p.kafka_failing.load(Ordering::Relaxed) {
+                reasons.push(format!(
+                    "pipeline {name}: Kafka deliveries failed; restarted, waiting for Kafka to \
+                     answer again"
+                ));
+            }
+            let waiting = p.awaiting_server_since_ms.load(Ordering::Relaxed);
+            let bound = p.server_answer_bound_ms.load(Ordering::Relaxed);
+            if waiting > 0 && bound > 0 && now - waiting > bound {
+                reasons.push(format!(
+                    "pipeline {name}: no answer from MongoDB for {} ms",
+                    now - waiting
+                ));
+            }
+            let oldest = p.oldest_in_flight_ms.load(Ordering::Relaxed);
+            if oldest > 0 && now - oldest > max_delivery_age_ms {
+                reasons.push(format!(
+                    "pipeline {name}: oldest undelivered record is {} ms old",
+                    now - oldest
+                ));
+            }
+        }
+        let ready = reasons.is_empty();
+        reasons.extend(notes);
+        Readiness {
+            ready,
+            lines: reasons,
+        }
+    }
+
+    /// `Ok(())` when no running pipeline is wedged, else the reasons.
+    pub fn liveness(&self) -> Result<(), String> {
+        let now = now_ms();
+        let limit = self.liveness_timeout_ms;
+        let wedged: Vec<String> = self
+            .list()
+            .iter()
+            .filter(|(_, p)| !p.stopped.load(Ordering::Relaxed))
+            .filter(|(_, p)| {
+                let beat = p.heartbeat_ms.load(Ordering::Relaxed);
+                beat > 0 && now - beat > limit
+            })
+            .map(|(name, _)| format!("pipeline {name}: loop has not ticked for over {limit} ms"))
+            .collect();
+        if wedged.is_empty() {
+            Ok(())
+        } else {
+            Err(wedged.join("\n"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+//! Operator access to the offsets documents, for the `offsets` command and `check`: read any
+//! pipeline's document, move its position, delete it.
+//!
+//! Invariants: every write filters on the epoch read before it (a concurrent take-over makes it
+//! match nothing instead of racing), increments the epoch (a running owner is fenced on its next
+//! write instead of overwriting the reset), ends the lease, and uses write concern `majority`.
+//! A reset removes the stream identity (the next start records the configured one); accepting a
+//! configuration records it and keeps the position.
+
+use bson::{DateTime, Document, Timestamp, doc};
+use mongodb::error::Error as MongoError;
+use mongodb::options::WriteConcern;
+use mongodb::{Client, Collection};
+
+use super::{SCHEMA_VERSION, StreamIdentity, fields, moved_to};
+use crate::config::MongoConfig;
+use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
+
+/// The offsets collection of a configuration.
+pub(crate) struct OffsetsAdmin {
+    collection: Collection<Document>,
+}
+
+impl OffsetsAdmin {
+    /// The offsets collection `[mongodb]` names.
+    pub(crate) fn new(client: &Client, mongodb: &MongoConfig) -> Self {
+        Self {
+            collection: client
+                .database(&mongodb.offsets_database)
+                .collection(&mongodb.offsets_collection),
+        }
+    }
+
+    /// The document of pipeline `name`, as stored.
+    pub(crate) async fn find(&self, name: &str) -> Result<Option<Document>, MongoError> {
+        self.collection.find_one(doc! { fields::ID: name }).await
+    }
+
+    /// Stores a snapshot request for pipeline `name` (creating its document if it has none),
+    /// without touching its epoch: the owner is not fenced, it picks the request up while it
+    /// streams. A request already waiting is replaced.
+    pub(crate) async fn request_snapshot(
+        &self,
+        name: &str,
+        request: &crate::snapshot::Request,
+        by: &str,
+    ) -> Result<(), MongoError> {
+        let stored = super::snapshot::request_doc(request, by);
+        self.collection
+            .update_one(
+                doc! { fields::ID: name },
+                doc! { "$set": { fields::SNAPSHOT_REQUEST: stored },
+                "$setOnInsert": { fields::EVENTS_COMMITTED: 0_i64,
+                                  fields::SCHEMA_VERSION: SCHEMA_VERSION } },
+            )
+            .upsert(true)
+            .write_concern(WriteConcern::majority())
+            .await
+            .map(|_| ())
+    }
+
+    /// Every document, by pipeline name.
+    pub(crate) async fn list(&self) -> Result<Vec<Document>, MongoError> {
+        use futures::TryStreamExt;
+        self.collection
+            .find(doc! {})
+            .sort(doc! { fields::ID: 1 })
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// Forgets the position of `name` if its epoch is still `epoch`: removes every field but
+    /// the epoch, which is incremented, the sequences and `streamUid` (the next start follows the pipeline's `start_at`).
+    /// The document itself stays so that epochs are never reused: an instance still holding
+    /// an old epoch (a paused process) is fenced on its next write, as after any reset, instead
+    /// of matching a re-created document that starts again at epoch 1. Whether it applied.
+    ///
+    /// `before` is the document as read: its `commitSequence` is kept and its `resetSequence`
+    /// raised, so an exactly-once pipeline's older progress record never wins over the reset.
+    pub(crate) async fn forget(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        before: &Document,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let Some(epoch) = epoch else {
+            // Not even an epoch: nothing anyone could still hold.
+            let result = self
+                .collection
+                .delete_one(doc! { fields::ID: name, fields::EPOCH: { "$exists": false } })
+                .write_concern(WriteConcern::majority())
+                .await?;
+            return Ok(result.deleted_count == 1);
+        };
+        let mut kept = doc! {
+            fields::ID: name,
+            fields::EPOCH: epoch + 1,
+            fields::EVENTS_COMMITTED: 0_i64,
+            fields::COMMIT_SEQUENCE: sequence(before, fields::COMMIT_SEQUENCE),
+            fields::RESET_SEQUENCE: sequence(before, fields::RESET_SEQUENCE) + 1,
+            fields::LEASE_UNTIL: DateTime::now(),
+            fields::OWNER: owner,
+            fields::UPDATED_AT: DateTime::now(),
+            fields::SCHEMA_VERSION: SCHEMA_VERSION,
+            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        };
+        // Kept: the pipeline's Kafka transactional.id and progress records stay its own.
+        if let Ok(uid) = before.get_str(fields::STREAM_UID) {
+            kept.insert(fields::STREAM_UID, uid);
+        }
+        let result = self
+            .collection
+            .replace_one(doc! { fields::ID: name, fields::EPOCH: epoch }, kept)
+            .write_concern(WriteConcern::majority())
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
+    /// Moves `name` to cluster time `at` without a token ([`moved_to`]), increments the epoch
+    /// (read as `epoch`; `None` creates the document) and ends the lease, recording `owner` as
+    /// the writer. Whether the write applied (`false`: the document changed in between).
+    pub(crate) async fn move_to(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        at: Timestamp,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let (mut set, mut unset) = moved_to(at);
+        set.insert(fields::LEASE_UNTIL, DateTime::now());
+        set.insert(fields::OWNER, owner);
+        unset.insert(fields::FINGERPRINT, "");
+        unset.insert(fields::STREAM, "");
+        let majority = WriteConcern::majority();
+        let Some(epoch) = epoch else {
+            let mut new = set;
+            new.insert(fields::ID, name);
+            new.insert(fields::EPOCH, 1_i64);
+            new.insert(fields::EVENTS_COMMITTED, 0_i64);
+            new.insert(fields::RESET_SEQUENCE, 1_i64);
+            new.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
+            return match self
+                .collection
+                .insert_one(new)
+                .write_concern(majority)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let update = doc! {
+            "$set": set,
+            "$unset": unset,
+            "$inc": { fields::EPOCH: 1_i64, fields::RESET_SEQUENCE: 1_i64 },
+        };
+        let result = self
+            .collection
+            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .write_concern(majority)
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
+    /// Records `identity` as the stream `name`'s position belongs to, keeping the position,
+    /// incrementing the epoch (read as `epoch`) and ending the lease, with `owner` as the
+    /// writer. Whether the write applied (`false`: the document changed in between).
+    pub(crate) async fn accept_config(
+        &self,
+        name: &str,
+        epoch: Option<i64>,
+        identity: &StreamIdentity,
+        owner: &str,
+    ) -> Result<bool, MongoError> {
+        let set = doc! {
+            fields::FINGERPRINT: &identity.fingerprint,
+            fields::STREAM: identity.stream.clone(),
+            fields::KEY_FORMAT: identity.key_format,
+            fields::LEASE_UNTIL: DateTime::now(),
+            fields::OWNER: owner,
+            fields::SCHEMA_VERSION: SCHEMA_VERSION,
+            fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
+        };
+        let update = doc! { "$set": set, "$inc": { fields::EPOCH: 1_i64 } };
+        let result = self
+            .collection
+            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .write_concern(WriteConcern::majority())
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+}
+
+/// An integer sequence field of `d` (0 when absent or of another type).
+fn sequence(d: &Document, key: &str) -> i64 {
+    match d.get(key) {
+        Some(bson::Bson::Int64(v)) => *v,
+        Some(bson::Bson::Int32(v)) => i64::from(*v),
+        _ => 0,
+    }
+}

@@ -1,0 +1,331 @@
+//! One pipeline's life: before anything is taken, refuse what can never run; take ownership of
+//! the offsets document; run (`run.rs`); after a failure, do what the policy decides
+//! (`policy.rs`: restart, reopen, skip the lost history, stand by, stop); release the lease at
+//! the end.
+//!
+//! Invariants:
+//! - Every (re)start reads the position from the offsets document (checking our epoch), never
+//!   from memory: what was not committed is read again (at-least-once).
+//! - Nothing is taken before the preflight passed: an unwatchable namespace is a configuration
+//!   error and leaves the offsets untouched.
+//! - Every stop that still holds the pipeline releases its lease (clean or fatal), so standbys
+//!   and tools see no live owner at once. A fenced instance holds nothing.
+//! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
+//!   reset after a run that lasted longer than [`HEALTHY_RUN`].
+//! - A run that failed in the producer gets a new one.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::context::PipelineContext;
+use super::gap::skip;
+use super::policy::{self, Action, Attempts, backoff, explain};
+use super::stage::cancellable;
+use super::standby;
+use crate::config::Delivery;
+use crate::error::{BridgeError, ErrorClass};
+use crate::offsets::OffsetsStore;
+
+/// A run longer than this resets the restart backoff and the persistent-error count.
+pub(super) const HEALTHY_RUN: Duration = Duration::from_secs(60);
+
+/// How a pipeline ended without stopping the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Shutdown: it drained and committed.
+    Stopped,
+    /// Its configured stream differs from the one its position belongs to: it never ran, it is
+    /// not ready, and the other pipelines run on.
+    Refused,
+    /// In a group: another instance took it while the group assigns it here (an operator's
+    /// forced reset, an instance without `group_id`, or this member was evicted and has not
+    /// noticed yet). The group supervisor takes it again if the slot is still assigned here
+    /// after a session timeout.
+    Fenced,
+}
+
+/// Runs the pipeline until `cancel` fires (`Ok(Stopped)`), the configuration is refused
+/// (`Ok(Refused)`), or a failure the policy stops on (`Err`).
+pub(crate) async fn run(
+    mut ctx: PipelineContext,
+    cancel: CancellationToken,
+) -> Result<Ended, BridgeError> {
+    let store = ctx.store();
+    let mut epoch = None;
+    let result = match preflight(&ctx, &cancel).await {
+        Ok(()) => lifecycle(&mut ctx, &store, &cancel, &mut epoch).await,
+        Err(e) => Err(e),
+    };
+    ctx.health
+        .stopped
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    ctx.health.clear_standby();
+    ctx.health.loop_ended();
+    ctx.metrics.owned.set(0);
+    if let Some(epoch) = epoch
+        && store.release(epoch).await.is_ok()
+    {
+        info!(pipeline = %ctx.pipeline.name, "stopped; lease released");
+    }
+    result
+}
+
+/// What must hold before the pipeline is taken. Errors: [`BridgeError::Config`] for a namespace
+/// MongoDB can never watch (case C23).
+async fn preflight(ctx: &PipelineContext, cancel: &CancellationToken) -> Result<(), BridgeError> {
+    let p = &ctx.pipeline;
+    if let Some(Some(reason)) =
+        cancellable(cancel, crate::source::stream::unwatchable(&ctx.client, p)).await
+    {
+        let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
+        return Err(BridgeError::Config {
+            field: format!("pipelines[{}].collection", index.unwrap_or(0)),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// Takes the pipeline and runs it until a clean stop or a failure the policy stops on; `epoch`
+/// is the epoch this instance holds (`None` while it stands by).
+async fn lifecycle(
+    ctx: &mut PipelineContext,
+    store: &OffsetsStore,
+    cancel: &CancellationToken,
+    epoch: &mut Option<i64>,
+) -> Result<Ended, BridgeError> {
+    let p = ctx.pipeline.clone();
+    let mut attempts = Attempts::new(ctx.config.bridge.persistent_error_attempts);
+    let mut backoff: u32 = 0;
+    loop {
+        let started = Instant::now();
+        let Some(error) = run_owned(ctx, store, cancel, epoch).await else {
+            return Ok(Ended::Stopped);
+        };
+        if started.elapsed() > HEALTHY_RUN {
+            attempts.healthy_run();
+            backoff = 0;
+        }
+        let mut error = explain(ctx, store, *epoch, error).await;
+        ctx.metrics.error(error.kind(), error.class().label());
+        if !cancel.is_cancelled() && learn(ctx, &error)? {
+            continue;
+        }
+        if cancel.is_cancelled() {
+            if matches!(error, BridgeError::StreamClosed { .. }) {
+                // An invalidate met the shutdown: what was read is committed, and the next
+                // start reopens after it, as a reopen would have.
+                return Ok(Ended::Stopped);
+            }
+            error!(pipeline = %p.name, error = %ctx.report(&error), "pipeline stopped");
+            return Err(error);
+        }
+        let mut action = policy::decide(&error, p.on_history_lost, &mut attempts);
+        if action == Action::SkipHistory
+            && let Some(held) = *epoch
+        {
+            match skip(ctx, store, held, &error).await {
+                Ok(()) => continue,
+                Err(failed) => {
+                    error = failed;
+                    ctx.metrics.error(error.kind(), error.class().label());
+                    action = match policy::decide(&error, p.on_history_lost, &mut attempts) {
+                        Action::SkipHistory => Action::Restart,
+                        other => other,
+                    };
+                }
+            }
+        }
+        if action == Action::Stop {
+            stop_log(ctx, &error, attempts.persistent());
+            return Err(error);
+        }
+        if action == Action::Refuse {
+            return Ok(refuse(ctx, &error));
+        }
+        if let Some(ended) =
+            between_runs(ctx, store, cancel, epoch, action, &error, &mut backoff).await
+        {
+            return Ok(ended);
+        }
+        renew_producer(ctx, &error)?;
+    }
+}
+
+/// What comes between a failed run and the next, after `action` (not `Stop` or `Refuse`):
+/// standing by, reopening at once, or a backoff. `Some` when the pipeline ends instead of
+/// running again.
+async fn between_runs(
+    ctx: &PipelineContext,
+    store: &OffsetsStore,
+    cancel: &CancellationToken,
+    epoch: &mut Option<i64>,
+    action: Action,
+    error: &BridgeError,
+    backoff_attempt: &mut u32,
+) -> Option<Ended> {
+    let p = &ctx.pipeline;
+    ctx.metrics.restart(error.kind());
+    match action {
+        Action::StandBy if ctx.config.bridge.group_id.is_some() => {
+            // Taken only on assignment: a released lease must not let this member take a
+            // pipeline the group gave to another.
+            *epoch = None;
+            error!(pipeline = %p.name, error = %ctx.report(error),
+                   "pipeline stopped: fenced while the group assigns it here; it runs again \
+                    when the group assigns it next (is an instance without group_id running?)");
+            ctx.health.set_refused(
+                "fenced by another instance while the group assigns it to this member (an \
+                 instance without [bridge] group_id, or a forced offsets reset); taken again \
+                 after a session timeout if the group still assigns it here",
+            );
+            return Some(Ended::Fenced);
+        }
+        Action::StandBy => {
+            *epoch = None;
+            ctx.metrics.owned.set(0);
+            error!(pipeline = %p.name, error = %ctx.report(error),
+                   "pipeline stopped: fenced; standing by until the new owner's lease lapses");
+            let taken = match standby::wait(store, &ctx.health, cancel).await {
+                Ok(Some(taken)) => taken,
+                Ok(None) => return Some(Ended::Stopped),
+                Err(refused) => return Some(refuse(ctx, &refused)),
+            };
+            info!(pipeline = %p.name, epoch = taken,
+                  "the owner's lease lapsed: took the pipeline");
+            *epoch = Some(taken);
+            ctx.metrics.owned.set(1);
+        }
+        Action::Reopen => {
+            info!(pipeline = %p.name, "stream invalidated; reopening after the invalidate event");
+        }
+        // A skip that could not run (no epoch held) waits like any restart.
+        Action::Restart | Action::SkipHistory | Action::Stop | Action::Refuse => {
+            let delay = backoff(*backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
+            *backoff_attempt = backoff_attempt.saturating_add(1);
+            warn!(pipeline = %p.name, error = %ctx.report(error),
+                  delay_ms = delay.as_millis() as u64,
+                  "pipeline failed; restarting from the committed position");
+            if cancellable(cancel, tokio::time::sleep(delay))
+                .await
+                .is_none()
+            {
+                return Some(Ended::Stopped);
+            }
+        }
+    }
+    None
+}
+
+/// After a run that failed in the producer: Kafka is reported failing, and (at-least-once) a
+/// new producer is built.
+///
+/// Errors: [`BridgeError::Producer`] when the new producer cannot be built.
+fn renew_producer(ctx: &mut PipelineContext, error: &BridgeError) -> Result<(), BridgeError> {
+    let p = &ctx.pipeline;
+    let exactly_once = p.delivery == Delivery::ExactlyOnce;
+    if error.is_producer_failure() {
+        ctx.health
+            .kafka_failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    // Exactly-once: every run builds its own producer (`run_owned`).
+    if error.is_producer_failure() && !exactly_once {
+        ctx.sink =
+            PipelineContext::new_sink(&ctx.config, p, &ctx.metrics, None, ctx.learned.batch_cap)?;
+    }
+    Ok(())
+}
+
+/// What the run's end taught about the topics ([`Learned`](crate::kafka::limits::Learned)); `true` when the next run starts
+/// at once: a topic accepts smaller batches than the producer builds, and nothing of it was
+/// enqueued, so a producer that batches less runs without a backoff.
+///
+/// Errors: [`BridgeError::Producer`] when the new producer cannot be built.
+fn learn(ctx: &mut PipelineContext, error: &BridgeError) -> Result<bool, BridgeError> {
+    match error {
+        BridgeError::RefusedInTransaction { topic, size, .. } => {
+            // Restarted as any transient failure; the next run stubs such records at enqueue.
+            ctx.learned.refused(topic, *size);
+            Ok(false)
+        }
+        BridgeError::BatchAboveTopicLimit { topic_limit, .. } => {
+            warn!(pipeline = %ctx.pipeline.name, error = %ctx.report(error),
+                  "rebuilding the producer");
+            ctx.learned.cap_batches(*topic_limit);
+            ctx.metrics.restart(error.kind());
+            if ctx.pipeline.delivery != Delivery::ExactlyOnce {
+                let cap = ctx.learned.batch_cap;
+                ctx.sink =
+                    PipelineContext::new_sink(&ctx.config, &ctx.pipeline, &ctx.metrics, None, cap)?;
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// One run as the owner: takes (or reloads) the offsets and runs. The error that ended it;
+/// `None` when it stopped cleanly (shutdown).
+async fn run_owned(
+    ctx: &mut PipelineContext,
+    store: &OffsetsStore,
+    cancel: &CancellationToken,
+    epoch: &mut Option<i64>,
+) -> Option<BridgeError> {
+    let offsets = match *epoch {
+        None => cancellable(cancel, store.take()).await?,
+        Some(held) => cancellable(cancel, store.load(held)).await?,
+    };
+    let offsets = match offsets {
+        Ok(offsets) => offsets,
+        Err(e) => return Some(e),
+    };
+    if epoch.is_none() {
+        info!(pipeline = %ctx.pipeline.name, epoch = offsets.epoch, "took the pipeline");
+        ctx.metrics.owned.set(1);
+    }
+    *epoch = offsets.epoch;
+    if ctx.pipeline.delivery == Delivery::ExactlyOnce {
+        // Whatever ended an earlier run, its producer may hold an open transaction (or a
+        // fenced state): a new one, whose init_transactions aborts it, of the transactional.id
+        // named by the document's streamUid.
+        let uid = offsets.stream_uid.as_deref();
+        match PipelineContext::new_sink(
+            &ctx.config,
+            &ctx.pipeline,
+            &ctx.metrics,
+            uid,
+            ctx.learned.batch_cap,
+        ) {
+            Ok(sink) => ctx.sink = sink,
+            Err(e) => return Some(e),
+        }
+    }
+    super::run::once(ctx, store, offsets, cancel).await.err()
+}
+
+/// The pipeline's configured stream differs from its position's: not ready, counted, logged.
+fn refuse(ctx: &PipelineContext, error: &BridgeError) -> Ended {
+    ctx.health.set_refused(
+        "its configured stream differs from the one its position was committed for (see the \
+         log: offsets reset or offsets accept-config)",
+    );
+    ctx.metrics.refused.set(1);
+    error!(pipeline = %ctx.pipeline.name, error = %ctx.report(error), "pipeline refused");
+    Ended::Refused
+}
+
+fn stop_log(ctx: &PipelineContext, error: &BridgeError, persistent: u32) {
+    let name = &ctx.pipeline.name;
+    if error.class() == ErrorClass::Persistent {
+        error!(pipeline = %name, error = %ctx.report(error), attempts = persistent,
+               remedy = error.remedy(),
+               "pipeline stopped: the same kind of failure kept coming back \
+                ([bridge] persistent_error_attempts)");
+    } else {
+        error!(pipeline = %name, error = %ctx.report(error), "pipeline stopped");
+    }
+}

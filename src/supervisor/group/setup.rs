@@ -1,0 +1,140 @@
+//! Before a member joins: every pipeline of its configuration has a slot, and the control
+//! topic has a partition for every slot. Both are retried while MongoDB or Kafka is
+//! unreachable (loudly, with the reason), because a member that cannot join runs nothing and
+//! a replica that exits would only be restarted into the same outage.
+//!
+//! Invariant: the control topic is extended *before* this member subscribes, so the rebalance
+//! its join starts already sees the new partitions (the group leader reads the topic's
+//! metadata before it assigns).
+
+use std::collections::BTreeMap;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::names::control;
+use crate::error::{BridgeError, report};
+use crate::kafka::admin::KafkaAdmin;
+use crate::observe::health::Health;
+use crate::offsets::group::Slots;
+use crate::pipeline::PipelineContext;
+use crate::pipeline::policy::backoff;
+
+/// What the member needs to join.
+pub(super) struct Setup {
+    pub(super) slots: Slots,
+    /// The group's control topic.
+    pub(super) topic: String,
+    group: String,
+    admin: KafkaAdmin,
+    replication_factor: i32,
+    owner: String,
+    max_backoff_ms: u64,
+    secrets: Vec<String>,
+}
+
+impl Setup {
+    /// The setup of group `group` with `ctx`'s clients and configuration.
+    pub(super) fn new(ctx: &PipelineContext, group: &str) -> Self {
+        let m = &ctx.config.mongodb;
+        Self {
+            slots: Slots::new(&ctx.client, &m.offsets(), group),
+            topic: control(&m.offsets_database, group),
+            group: group.to_owned(),
+            admin: ctx.admin.clone(),
+            replication_factor: ctx.config.kafka.topic_creation.replication_factor,
+            owner: ctx.owner.clone(),
+            max_backoff_ms: ctx.config.bridge.max_restart_backoff_ms,
+            secrets: ctx.config.secrets(),
+        }
+    }
+
+    /// Allocates the slots of `names` and makes the control topic cover them; the group's
+    /// slots and the topic's partition count, or `None` when `cancel` fired first. While
+    /// MongoDB or Kafka cannot answer it retries, with the last error in `/readyz`.
+    pub(super) async fn prepare(
+        &self,
+        names: &[String],
+        health: &Health,
+        cancel: &CancellationToken,
+    ) -> Option<Prepared> {
+        for attempt in 0_u32.. {
+            match self.try_prepare(names).await {
+                Ok(prepared) => {
+                    health.group_error(None);
+                    return Some(prepared);
+                }
+                Err(e) => {
+                    let delay = backoff(attempt, self.max_backoff_ms);
+                    let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+                    let text = report(&e, &secrets);
+                    warn!(error = %text, delay_ms = delay.as_millis() as u64,
+                          "group: cannot prepare the membership yet; retrying");
+                    health.group_error(Some(text));
+                    tokio::select! {
+                        () = cancel.cancelled() => return None,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// One attempt. A control topic that exists but cannot be extended (a broker without
+    /// CreatePartitions, a missing Alter ACL) is not an error: the member joins with the
+    /// partitions there are, and the pipelines whose slots have none are reported
+    /// ([`Prepared::uncovered`]).
+    ///
+    /// Errors: [`BridgeError::Group`] when MongoDB or Kafka is unreachable or refuses.
+    pub(super) async fn try_prepare(&self, names: &[String]) -> Result<Prepared, BridgeError> {
+        let slots = self.slots.allocate(names, &self.owner).await?;
+        let needed = slots.keys().next_back().map_or(1, |max| max + 1);
+        let found = self
+            .admin
+            .ensure_partitions(&self.topic, needed, self.replication_factor)
+            .await
+            .map_err(|e| BridgeError::Group {
+                group: self.group.clone(),
+                reason: format!(
+                    "the control topic {} could not be created with {needed} partitions: {e} \
+                     (the README's \"Running several replicas\" lists the ACLs)",
+                    self.topic
+                ),
+            })?;
+        if let Some(e) = &found.refused {
+            error!(topic = %self.topic, partitions = found.count, needed, error = %e,
+                   "the control topic cannot be extended: the pipelines whose slots have no \
+                    partition run nowhere. Remedy: create the control topic again with spare \
+                    partitions (a broker without CreatePartitions), or grant Alter on it");
+        } else {
+            info!(topic = %self.topic, partitions = found.count, "control topic ready");
+        }
+        Ok(Prepared {
+            slots,
+            partitions: found.count,
+            refused: found.refused.map(|e| e.to_string()),
+        })
+    }
+}
+
+/// The group's slots and its control topic's partitions.
+pub(super) struct Prepared {
+    /// Slot → pipeline.
+    pub(super) slots: BTreeMap<i32, String>,
+    /// Partitions of the control topic.
+    pub(super) partitions: usize,
+    /// Why the topic could not be extended to cover every slot.
+    pub(super) refused: Option<String>,
+}
+
+impl Prepared {
+    /// The slots (and pipelines) that have no partition: no member can be assigned them.
+    pub(super) fn uncovered(&self) -> Vec<(i32, String)> {
+        self.slots
+            .iter()
+            .filter(|(slot, _)| usize::try_from(**slot).is_ok_and(|s| s >= self.partitions))
+            .map(|(slot, name)| (*slot, name.clone()))
+            .collect()
+    }
+}
