@@ -6,15 +6,17 @@ Delivery is observed the same way for every producing system: the sum of the tar
 high watermarks, polled every 10 ms. Rate = backlog / (time from starting the process until
 the last record is acknowledged), connecting included; limit-read: until the process exits
 after reading the last event; limit-produce and limit-fair: timed by the program itself. CPU
-(utime + stime) and peak RSS (VmHWM) of each process from /proc."""
+(utime + stime) and peak RSS (VmHWM) of each process from /proc. The peers drain a collection
+of their own, cold and then warm (peers.py)."""
 
 import json
 import subprocess
 import time
 
+from . import peers
 from .kafka import Kafka
 from .process import HarnessError, log, proc_cpu_s, proc_status_kib, stop_process, thread_cpu_s
-from .systems import (CATCHUP_SYSTEMS, COUNTS, DB, OPTIONAL_SYSTEMS, PRODUCERS,
+from .systems import (CATCHUP_SYSTEMS, COUNTS, DB, OPTIONAL_SYSTEMS, PEERS, PRODUCERS,
                       SIZES)
 
 
@@ -60,7 +62,7 @@ def limit_argv(h, system, coll, topic, count):
 
 
 def measure(h, kafka, system, coll, topic, count, partitions):
-    """Drains the backlog with `system`; returns its figures."""
+    """Drains the backlog with `system` (not a peer); returns its figures."""
     timeout = 60 + count / 300
     limit = system.startswith("limit")
     if limit:
@@ -135,10 +137,12 @@ def log_row(r):
 
 def catchup(h, size_name, run):
     """One size of one run: a fresh collection, every system's start position, one backlog,
-    then each system drains it."""
+    then each system drains it (the peers their own collection's, peers.catchup)."""
     args = h.args
     count = args.count or COUNTS[size_name]
     systems = [s for s in args.systems if s in CATCHUP_SYSTEMS + OPTIONAL_SYSTEMS]
+    if size_name not in args.peer_sizes:
+        systems = [s for s in systems if s not in PEERS]
     if not systems:
         return
     rot = run % len(systems)
@@ -150,15 +154,20 @@ def catchup(h, size_name, run):
         for s in systems:
             if s in PRODUCERS:
                 kafka.create(topics[s], args.partitions)
-            h.init_position(s, coll, topics[s])
-        log(f"catch-up {size_name} run {run}: writing {count} documents into {DB}.{coll}")
-        w = h.bench("load", "--db", DB, "--coll", coll, "--size", str(SIZES[size_name]),
-                    "--count", str(count))
+            if s not in PEERS:
+                h.init_position(s, coll, topics[s])
+        if any(s not in PEERS for s in systems):
+            log(f"catch-up {size_name} run {run}: writing {count} documents into {DB}.{coll}")
+            w = h.bench("load", "--db", DB, "--coll", coll, "--size", str(SIZES[size_name]),
+                        "--count", str(count))
         event_bytes = None
         for s in systems:
             h.servers.settle()
-            r = measure(h, kafka, s, coll, topics[s], count, args.partitions)
-            r.update(count=count, insert_rate=w["rate"])
+            if s in PEERS:
+                r = peers.catchup(h, kafka, s, size_name, run, args.peer_count or count)
+            else:
+                r = measure(h, kafka, s, coll, topics[s], count, args.partitions)
+                r.update(count=count, insert_rate=w["rate"])
             if s == "limit-read":
                 event_bytes = r["event_bytes"]
             r.update(system=s, size=size_name, run=run)

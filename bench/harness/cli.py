@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import catchup, eos, group, live, snapshot
+from . import catchup, eos, group, live, peers, snapshot
 from .figures import mmm
 from .process import HarnessError, LoadSampler, log
 from .report import report
 from .servers import BROKERS, Servers
-from .systems import CATCHUP_SYSTEMS, LIVE_SYSTEMS, ROOT, SIZES, Harness
+from .systems import CATCHUP_SYSTEMS, LIVE_SYSTEMS, PEER_SIZES, PEERS, ROOT, SIZES, Harness
 
 
 def csv(s):
@@ -38,6 +38,14 @@ def options():
     add("--count", type=int, default=0, help="backlog size for every document size")
     add("--systems", default=",".join(CATCHUP_SYSTEMS))
     add("--live-systems", default=",".join(LIVE_SYSTEMS))
+    add("--peers", action=argparse.BooleanOptionalAction, default=None,
+        help="the peers debezium and mongo-kafka (Kafka Connect workers) in the catch-up and live "
+             "blocks; default: on, off with --smoke")
+    add("--peer-sizes", default=",".join(PEER_SIZES), help="catch-up sizes the peers drain")
+    add("--peer-count", type=int, default=0,
+        help="the peers' backlog (default: the other systems')")
+    add("--peer-live-warmup", type=float, default=10.0, metavar="SECONDS",
+        help="untimed writing at the first --baseline-rates before a peer's live steps (JIT)")
     add("--rates", default="500,2000,10000")
     add("--baseline-rates", default="2000")
     add("--ramp", default="20000,40000", help="extra rates to find the highest sustained")
@@ -92,7 +100,7 @@ def options():
     add("--partitions", type=int, default=1)
     add("--compression", default="none")
     add("--oplog-max-entries", type=int, default=8_000_000,
-        help="SecantusDB's oplog cap: above what a full run writes (~3 M entries)")
+        help="SecantusDB's oplog cap: above what a full run writes (~4 M entries with the peers)")
     add("--bridge-bin", required=True)
     add("--history-interval-ms", type=int, default=0,
         help="the bridge's [metrics] history_interval_ms (its default is 15000)")
@@ -110,8 +118,9 @@ def presets(args):
     """--smoke, --group-only and --eos-only, applied to the parsed options."""
     if args.smoke:
         args.runs, args.sizes, args.count = 1, "1KB", args.count or 2000
-        args.systems = "limit-read,limit-relay,limit-fair,bridge,bridge-bson,python"
-        args.live_systems, args.rates, args.ramp = "bridge", "500", ""
+        args.systems = "limit-read,limit-relay,limit-fair,bridge,bridge-bson,python,debezium"
+        args.live_systems, args.rates, args.ramp = "bridge,debezium", "500", ""
+        args.baseline_rates, args.peer_live_warmup = "500", 2.0
         args.live_duration, args.settle, args.outage = 2.0, 5.0, False
         args.copy_sizes, args.copy_systems = "1KB", "limit-copy,bridge-copy"
         args.bridge_copy_skip_after = args.bridge_copy_skip_after or 60.0
@@ -120,6 +129,8 @@ def presets(args):
         args.group_timeout = args.group_timeout or 60.0
         args.eos_sizes, args.eos_intervals, args.eos_rate = "1KB", "250", 500
         args.eos_live_duration, args.eos_live_alo = 2.0, False
+    if args.peers is None:
+        args.peers = not args.smoke
     if args.group_only:
         args.sizes, args.no_live, args.outage, args.copy, args.group = "", True, False, False, True
         args.eos = False
@@ -131,9 +142,12 @@ def presets(args):
 def validate(ap, args):
     """Splits the lists and checks them (argparse errors exit 2)."""
     args.systems, args.live_systems = csv(args.systems), csv(args.live_systems)
+    if not args.peers:
+        args.systems = [s for s in args.systems if s not in PEERS]
+        args.live_systems = [s for s in args.live_systems if s not in PEERS]
     args.copy_systems, args.copy_sizes = csv(args.copy_systems), csv(args.copy_sizes)
     args.group_variants = csv(args.group_variants)
-    args.sizes, args.eos_sizes = csv(args.sizes), csv(args.eos_sizes)
+    args.sizes, args.peer_sizes, args.eos_sizes = csv(args.sizes), csv(args.peer_sizes), csv(args.eos_sizes)
     args.rates, args.baseline_rates, args.ramp = ([int(x) for x in csv(v)]
                                                   for v in (args.rates, args.baseline_rates, args.ramp))
     args.eos_intervals = [int(x) for x in csv(args.eos_intervals)]
@@ -144,7 +158,7 @@ def validate(ap, args):
             ap.error(f"--group-variants: {e}")
     if args.group_pipelines < 1 or args.group_count < 1:
         ap.error("--group-pipelines and --group-count: at least 1")
-    for name, values, allowed in (("--sizes", args.sizes, SIZES),
+    for name, values, allowed in (("--sizes", args.sizes, SIZES), ("--peer-sizes", args.peer_sizes, SIZES),
                                   ("--eos-sizes", args.eos_sizes, SIZES),
                                   ("--copy-sizes", args.copy_sizes, snapshot.COPY_SIZES),
                                   ("--copy-systems", args.copy_systems, snapshot.COPY_SYSTEMS)):
@@ -203,6 +217,17 @@ def main():
             h.skip("blocks", "the broker is tansu (MKB_KAFKA_BROKER=tansu), which the bench no "
                              "longer measures on (retired: Apache Kafka runs groups now)")
             args.sizes, args.no_live, args.copy, args.group, args.eos = [], True, False, False, False
+        wants = [s for s in args.systems + args.live_systems if s in PEERS]
+        if args.smoke and not args.peers:
+            h.skip("peers", "debezium and mongo-kafka are not part of --smoke (a Kafka Connect "
+                            "worker's JVM start is ~10 s of CPU each); scripts/bench --smoke "
+                            "--peers runs them")
+        elif wants and (args.sizes or not args.no_live):
+            why = peers.prepare(h)
+            if why:
+                h.skip("peers", why)
+                args.systems = [s for s in args.systems if s not in PEERS]
+                args.live_systems = [s for s in args.live_systems if s not in PEERS]
         run_blocks(h, args)
     except (HarnessError, subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
         failed = e

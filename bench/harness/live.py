@@ -1,15 +1,15 @@
 """The live block: each system running while `bench live` writes a 6:3:1
 insert/update/delete mix of ~1 KB documents at fixed rates and consumes the system's topic:
 write -> consumer latency p50/p99/max, and whether the rate was sustained. The bridge runs at
---rates and --ramp, the baselines at --baseline-rates; then the bridge's RSS
+--rates and --ramp, the baselines and the peers at --baseline-rates; then the bridge's RSS
 during a Kafka outage (broker SIGSTOPped while the collection keeps being written)."""
 
 import time
 
-from . import metrics
+from . import metrics, peers
 from .kafka import Kafka
 from .process import HarnessError, RssSampler, log, stop_process
-from .systems import DB
+from .systems import DB, PEERS
 
 
 def live(h, run):
@@ -19,6 +19,14 @@ def live(h, run):
     try:
         for system in args.live_systems:
             coll = f"live_{system.replace('-', '_')}_{run}_{int(time.time())}"
+            if system in PEERS:
+                peer = peers.live_start(h, kafka, system, coll)
+                try:
+                    steps(h, system, peer.pid, lambda: peer.alive(), coll, peer.topic, run)
+                finally:
+                    peer.stop()
+                    kafka.delete(peer.topic)
+                continue
             topic = f"bench.{coll}"
             kafka.create(topic, args.partitions)
             proc = h.start(system, coll, topic)

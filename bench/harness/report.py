@@ -1,9 +1,10 @@
 """The markdown report of a run (results.md): the header (servers, machine, load, commit),
-the catch-up and live tables, the other blocks' tables (report_blocks.py), and the targets table."""
+the catch-up and live tables, the peers beside the bridge with the ratios bridge ÷ peer, the
+other blocks' tables (report_blocks.py), and the targets table."""
 
-from .figures import fmt_mmm, mmm, run_ratios
+from .figures import NAN, fmt_mmm, mmm, run_ratios
 from .report_blocks import copy_report, eos_report, group_report
-from .systems import BRIDGES, CATCHUP_SYSTEMS, OPTIONAL_SYSTEMS, SIZES
+from .systems import BRIDGES, CATCHUP_SYSTEMS, OPTIONAL_SYSTEMS, PEERS, SIZES
 
 
 def header(meta, out):
@@ -26,7 +27,7 @@ def report(results, meta, with_targets=True):
     out = lines.append
     header(meta, out)
     for r in results.get("skipped", []):
-        if r["system"] == "blocks":
+        if r["system"] in ("blocks", "peers"):
             out(f"SKIPPED {r['system']}: {r['reason']}.")
             out("")
     cu = results["catchup"]
@@ -42,13 +43,15 @@ def report(results, meta, with_targets=True):
         for size in sizes:
             runs = sorted({r["run"] for r in cu if r["size"] == size})
             by = {(r["system"], r["run"]): r for r in cu if r["size"] == size}
-            count = next(r["count"] for r in cu if r["size"] == size)
+            count = next((r["count"] for r in cu if r["size"] == size and r["system"] not in PEERS),
+                         0)
             for s in systems:
                 rs = [by[(s, k)] for k in runs if (s, k) in by]
                 if not rs:
                     continue
                 ratios = run_ratios(by, s, "limit-relay", runs)
-                out(f"| {size} ×{count:,} | {s} | {fmt_mmm([r['rate'] for r in rs])} | "
+                n = f"{rs[0]['count']:,} (warm)" if s in PEERS else f"{count:,}"
+                out(f"| {size} ×{n} | {s} | {fmt_mmm([r['rate'] for r in rs])} | "
                     f"{fmt_mmm([r.get('mb_per_s', float('nan')) for r in rs], 1)} | "
                     f"{fmt_mmm(ratios, 2) if ratios else 'n/a'} | "
                     f"{fmt_mmm([r['cpu_us_per_event'] for r in rs], 1)} | "
@@ -135,6 +138,7 @@ def report(results, meta, with_targets=True):
             f"drained {fmt_mmm([r['recovered_s'] for r in outage], 1)} s after the broker resumed.")
         out("")
         targets.append(("bridge peak RSS ≤ 80 MiB during a Kafka outage", f"{peak:.1f} MiB", peak <= 80))
+    peers_report(results, out, targets)
     copy_report(results, out)
     group_report(results, meta, out, targets)
     eos_report(results, meta, out, targets)
@@ -151,3 +155,82 @@ def report(results, meta, with_targets=True):
         out("")
     return "\n".join(lines)
 
+
+def peers_report(results, out, targets):
+    """The peers' catch-up (cold and warm) and the ratios bridge ÷ peer within each run:
+    events/s, CPU µs per event and peak RSS; live p50/p99 side by side."""
+    cu = [r for r in results["catchup"] if r["system"] in PEERS + ["bridge"]]
+    peers = [p for p in PEERS if any(r["system"] == p for r in cu)]
+    live = [r for r in results["live"] if r["system"] in PEERS + ["bridge"]]
+    if not peers and not any(r["system"] in PEERS for r in live):
+        return
+    out("### The peers: Debezium and the official MongoDB Kafka connector (Kafka Connect)")
+    out("")
+    for system, info in sorted(results.get("peer_info", {}).items()):
+        out(f"- {system}: {info.get('version')} in Kafka Connect {info.get('connect')} "
+            f"{info.get('mode')}, MongoDB Java driver {info.get('mongodb_driver')}")
+    out("- each peer drains a collection of its own (same load generator, size and count): "
+        "*cold* = a fresh JVM, from spawning the worker to the last record; *warm* = the same "
+        "worker, frozen while a second backlog is written, from thawing it to the last record "
+        "(its CPU over that drain); RSS = the JVM's VmHWM")
+    out("")
+    if peers:
+        out("| size | system | warm events/s | cold events/s | task RUNNING s | first record s "
+            "| warm CPU µs/event | cold CPU µs/event (JVM start included) | peak RSS MiB "
+            "| records beyond the backlogs |")
+        out("|---|---|---|---|---|---|---|---|---|---|")
+        for size in [s for s in SIZES if any(r["size"] == s and r["system"] in PEERS for r in cu)]:
+            for p in peers:
+                rs = [r for r in cu if r["system"] == p and r["size"] == size]
+                if not rs:
+                    continue
+                col = lambda key, d=1: fmt_mmm([r.get(key, NAN) for r in rs], d)  # noqa: E731
+                out(f"| {size} ×{rs[0]['count']:,} | {p} | {col('rate', 0)} | "
+                    f"{col('cold_rate', 0)} | {col('cold_running_s')} | {col('cold_first_s')} | "
+                    f"{col('cpu_us_per_event')} | {col('cold_cpu_us_per_event')} | "
+                    f"{col('peak_rss_mib')} | {sum(r.get('extra_records', 0) for r in rs)} |")
+        out("")
+        out("Ratios within each run (bridge ÷ peer; the bridge's rate counts its own start, the "
+            "peer's warm rate does not):")
+        out("")
+        out("| size | ratio | events/s (÷ warm) | events/s (÷ cold) | CPU µs per event "
+            "| peak RSS |")
+        out("|---|---|---|---|---|---|")
+        for size in [s for s in SIZES if any(r["size"] == s and r["system"] in PEERS for r in cu)]:
+            by = {(r["system"], r["run"]): r for r in cu if r["size"] == size}
+            runs = sorted({k for _, k in by})
+            for p in peers:
+                rate = bridge_over(by, runs, p, "rate")
+                cpu = bridge_over(by, runs, p, "cpu_us_per_event")
+                if not rate:
+                    continue
+                out(f"| {size} | bridge ÷ {p} | {fmt_mmm(rate, 2)} | "
+                    f"{fmt_mmm(bridge_over(by, runs, p, 'rate', 'cold_rate'), 2)} | {fmt_mmm(cpu, 3)} | "
+                    f"{fmt_mmm(bridge_over(by, runs, p, 'peak_rss_mib'), 3)} |")
+                if p == "debezium" and size == "1KB":
+                    per_cpu = 1 / mmm(cpu)[1]
+                    targets.append(("bridge ≥ 5 × Debezium's events per CPU-second (catch-up "
+                                    "1 KB, warm)", f"{per_cpu:.1f} ×", per_cpu >= 5))
+                if p == "debezium":
+                    med = mmm(rate)[1]
+                    targets.append((f"catch-up {size}: bridge ≥ 2 × Debezium's warm rate",
+                                    f"{med:.1f} ×", med >= 2))
+        out("")
+    at = sorted({r["rate"] for r in live if r["system"] in PEERS})
+    for rate in at:
+        rows = []
+        for s in ["bridge", *PEERS]:
+            rs = [r for r in live if r["system"] == s and r["rate"] == rate]
+            if rs:
+                rows.append(f"{s} p50 {fmt_mmm([r['p50_ms'] for r in rs], 1)} ms, p99 "
+                            f"{fmt_mmm([r['p99_ms'] for r in rs], 1)} ms")
+        out(f"- live at {rate:,}/s (write → consumer): " + "; ".join(rows))
+    if at:
+        out("")
+
+
+def bridge_over(by, runs, peer, key, peer_key=None):
+    """[bridge's `key` ÷ the peer's `peer_key` (default `key`)] within each run."""
+    peer_key = peer_key or key
+    return [by[("bridge", k)][key] / by[(peer, k)][peer_key] for k in runs
+            if ("bridge", k) in by and (peer, k) in by and by[(peer, k)].get(peer_key)]

@@ -2,7 +2,8 @@
 
 `Harness` holds one run's options, servers, work directory and results, calls the Rust bench
 program (`bench load`, `token`, `limit`, `live`, `limit-copy`), and starts the bridge and the
-baselines with the same settings in every block.
+baselines with the same settings in every block. The peers (debezium, mongo-kafka) have their
+own runner, peers.py.
 
 Systems of the catch-up block:
   limit-read       raw change-stream read, events dropped          (bench limit --mode read)
@@ -13,6 +14,8 @@ Systems of the catch-up block:
                    timed run (bench limit --mode fair); limit-fair-bson: format "bson"
   bridge           mongo-kafka-bridge run; bridge-bson: format = key_format = "bson"
   node, python     the baselines in bench/baselines (written the way a competent user would)
+  debezium         Debezium's MongoDB connector 3.6 under Kafka Connect (peers.py)
+  mongo-kafka      the official MongoDB Kafka source connector under Kafka Connect (peers.py)
   limit-split      (only when named) limit-relay with $changeStreamSplitLargeEvent"""
 
 import json
@@ -29,9 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DB = "bench"
 SIZES = {"1KB": 1024, "20KB": 20 * 1024, "250KB": 250 * 1024}
 COUNTS = {"1KB": 100_000, "20KB": 20_000, "250KB": 2_000}
+PEERS = ["debezium", "mongo-kafka"]
+# The peers' catch-up sizes (their drain is ~1 000-2 000 events/s: 250 KB is left out).
+PEER_SIZES = ["1KB", "20KB"]
 CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "limit-fair",
-                   "limit-fair-bson", "bridge", "bridge-bson", "node", "python"]
-LIVE_SYSTEMS = ["bridge", "node", "python"]
+                   "limit-fair-bson", "bridge", "bridge-bson", "node", "python", *PEERS]
+LIVE_SYSTEMS = ["bridge", "node", "python", *PEERS]
 BRIDGES = {"bridge": "json", "bridge-bson": "bson"}
 # Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
 OPTIONAL_SYSTEMS = ["limit-split"]
