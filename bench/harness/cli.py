@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from . import catchup, eos, group, live, peers, snapshot
@@ -46,6 +47,8 @@ def options():
         help="the peers' backlog (default: the other systems')")
     add("--peer-live-warmup", type=float, default=10.0, metavar="SECONDS",
         help="untimed writing at the first --baseline-rates before a peer's live steps (JIT)")
+    add("--peer-setting", action="append", default=[], metavar="SYSTEM:KEY=VALUE",
+        help="a connector setting for one peer (repeatable), e.g. debezium:poll.interval.ms=10")
     add("--rates", default="500,2000,10000")
     add("--baseline-rates", default="2000")
     add("--ramp", default="20000,40000", help="extra rates to find the highest sustained")
@@ -165,25 +168,34 @@ def validate(ap, args):
         for v in values:
             if v not in allowed:
                 ap.error(f"{name}: one of {', '.join(allowed)}")
+    for x in args.peer_setting:
+        if x.split(":", 1)[0] not in PEERS or "=" not in x:
+            ap.error(f"--peer-setting: SYSTEM:KEY=VALUE with SYSTEM one of {', '.join(PEERS)}")
     if any(i <= 0 for i in args.eos_intervals):
         ap.error("--eos-intervals: positive milliseconds")
 
 
 def run_blocks(h, args):
-    """Every block, --runs times."""
+    """Every block, --runs times; the results so far are saved after each (results.json)."""
+    save = lambda: (h.work / "results.json").write_text(json.dumps(h.results, indent=1))  # noqa: E731
     for run in range(1, args.runs + 1):
         for size in args.sizes:
             catchup.catchup(h, size, run)
+            save()
         if not args.no_live and args.live_systems:
             log(f"live run {run}")
             live.live(h, run)
+            save()
         if args.copy and args.copy_systems:
             for size in args.copy_sizes:
                 snapshot.copy(h, size, run)
+            save()
         if args.group and args.group_variants:
             group.group(h, run)
+            save()
         if args.eos:
             eos.run(h, run)
+            save()
 
 
 def commit():
@@ -229,9 +241,12 @@ def main():
                 args.systems = [s for s in args.systems if s not in PEERS]
                 args.live_systems = [s for s in args.live_systems if s not in PEERS]
         run_blocks(h, args)
-    except (HarnessError, subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
+    except HarnessError as e:
         failed = e
         log(f"FAILED: {e}")
+    except Exception as e:  # noqa: BLE001 - a bug of the harness: the results so far are kept
+        failed = e
+        log(f"FAILED: {e!r}\n{traceback.format_exc()}")
     except KeyboardInterrupt:
         failed = "interrupted"
         log("interrupted: stopping what the harness started")

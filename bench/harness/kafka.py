@@ -39,11 +39,21 @@ class Kafka:
         except Exception as e:  # noqa: BLE001 - freeing the broker's disk is best effort
             log(f"delete topic {topic}: {e}")
 
-    def high(self, topic, partitions):
-        """The sum of the topic's high watermarks (every record acknowledged so far)."""
-        from confluent_kafka import TopicPartition
-        return sum(self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5,
-                                                       cached=False)[1] for p in range(partitions))
+    def high(self, topic, partitions, retry_s=60.0):
+        """The sum of the topic's high watermarks (every record acknowledged so far). A
+        broker error (a leader moving: Apache Kafka answers NOT_LEADER_FOR_PARTITION for a
+        moment after the outage's SIGCONT) is retried for up to `retry_s` seconds."""
+        from confluent_kafka import KafkaException, TopicPartition
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                return sum(self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5,
+                                                               cached=False)[1]
+                           for p in range(partitions))
+            except KafkaException as e:
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"watermarks of {topic}: {e}") from e
+                time.sleep(0.1)
 
     def read_keys(self, topics, expected, idle=0.5, timeout=60.0):
         """[(records, distinct keys)] of partition 0 of each of `topics`, read from the start

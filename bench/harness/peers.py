@@ -67,6 +67,11 @@ class Peer:
         self.topic = f"{PREFIX[system]}.{DB}.{coll}"
         self.pid, self.info, self.frozen = None, {}, False
 
+    def settings(self):
+        """The connector settings given beyond connect.py's: CONNECTOR's and --peer-setting's."""
+        return CONNECTOR[self.system] + [x.split(":", 1)[1] for x in self.h.args.peer_setting
+                                         if x.split(":", 1)[0] == self.system]
+
     def spawn(self):
         """`connect.py start …` in the background (it returns once the task is RUNNING)."""
         cmd = [sys.executable, str(CONNECT), "start", self.system,
@@ -75,7 +80,7 @@ class Peer:
                "--workdir", str(self.workdir), "--snapshot", "never", "--timeout", "180"]
         for kv in [*WORKER, f"producer.compression.type={self.h.args.compression}"]:
             cmd += ["--worker", kv]
-        for kv in CONNECTOR[self.system]:
+        for kv in self.settings():
             cmd += ["--extra", kv]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                 stderr=open(self.h.work / f"peer-{self.coll}.log", "a"))
@@ -89,7 +94,9 @@ class Peer:
         self.info = json.loads(out.strip().splitlines()[-1])
         self.pid = self.info["pid"]
         self.h.results.setdefault("peer_info", {})[self.system] = {
-            k: self.info.get(k) for k in ("version", "connect", "mongodb_driver", "plugin", "mode")}
+            **{k: self.info.get(k) for k in ("version", "connect", "mongodb_driver", "plugin", "mode")},
+            "worker": WORKER + [f"producer.compression.type={self.h.args.compression}"],
+            "connector": self.settings()}
         return self.info
 
     def start(self):

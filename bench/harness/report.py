@@ -168,7 +168,8 @@ def peers_report(results, out, targets):
     out("")
     for system, info in sorted(results.get("peer_info", {}).items()):
         out(f"- {system}: {info.get('version')} in Kafka Connect {info.get('connect')} "
-            f"{info.get('mode')}, MongoDB Java driver {info.get('mongodb_driver')}")
+            f"{info.get('mode')}, MongoDB Java driver {info.get('mongodb_driver')}; beyond "
+            f"connect.py's settings: {', '.join(info.get('worker', []) + info.get('connector', []))}")
     out("- each peer drains a collection of its own (same load generator, size and count): "
         "*cold* = a fresh JVM, from spawning the worker to the last record; *warm* = the same "
         "worker, frozen while a second backlog is written, from thawing it to the last record "
