@@ -10,9 +10,9 @@ ARG MKB_GIT_SHA=unknown
 ENV MKB_GIT_SHA=$MKB_GIT_SHA
 COPY Cargo.toml Cargo.lock build.rs ./
 # Stub every target the manifest names, so that the dependency layer builds without the sources.
-RUN mkdir -p src benches bench/src \
+RUN mkdir -p src bench/criterion bench/src \
     && echo 'fn main() {}' > src/main.rs && echo '' > src/lib.rs \
-    && echo 'fn main() {}' > benches/encode.rs && echo 'fn main() {}' > bench/src/main.rs \
+    && echo 'fn main() {}' > bench/criterion/encode.rs && echo 'fn main() {}' > bench/src/main.rs \
     && cargo build --release --locked --bin mongo-kafka-bridge && rm -rf src
 COPY src ./src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin mongo-kafka-bridge

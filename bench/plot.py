@@ -19,6 +19,8 @@ SYSTEMS = [
     ("bridge", "mongo-kafka-bridge", "#1f77b4"),
     ("node", "Node.js baseline", "#2ca02c"),
     ("python", "Python baseline", "#d62728"),
+    ("debezium", "Debezium (Kafka Connect, warm)", "#9467bd"),
+    ("mongo-kafka", "MongoDB Kafka connector (warm)", "#e377c2"),
 ]
 
 

@@ -20,8 +20,8 @@ use rdkafka::producer::Producer;
 use serde_json::json;
 
 use crate::Servers;
-use crate::limit::{finish, producer, send};
 use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::produce::{Counting, finish, producer, send};
 
 /// `bench limit-copy`.
 #[derive(clap::Args)]
@@ -93,7 +93,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<String> {
 async fn paged(
     client: &mongodb::Client,
     args: &CopyArgs,
-    producer: &rdkafka::producer::ThreadedProducer<crate::limit::Counting>,
+    producer: &rdkafka::producer::ThreadedProducer<Counting>,
 ) -> anyhow::Result<(u64, u64)> {
     use mongo_kafka_bridge::snapshot::copy::{CopyCursor, Read};
     let ns = (args.servers.db.as_str(), args.servers.coll.as_str());
@@ -114,7 +114,7 @@ async fn paged(
 
 /// Produces `document` (its BSON) keyed by the BSON of `{_id}`; its size in bytes.
 async fn produce(
-    producer: &rdkafka::producer::ThreadedProducer<crate::limit::Counting>,
+    producer: &rdkafka::producer::ThreadedProducer<Counting>,
     topic: &str,
     document: &bson::RawDocument,
 ) -> anyhow::Result<u64> {
@@ -129,7 +129,7 @@ async fn produce(
 
 /// Waits for the last acknowledgement; the figures as JSON.
 async fn report(
-    producer: &rdkafka::producer::ThreadedProducer<crate::limit::Counting>,
+    producer: &rdkafka::producer::ThreadedProducer<Counting>,
     metadata: tokio::task::JoinHandle<Result<(), rdkafka::error::KafkaError>>,
     started: Instant,
     count: u64,

@@ -16,8 +16,10 @@ use mongo_kafka_bridge::encode::{Record, RecordEncoder};
 use rdkafka::message::{Header, OwnedHeaders};
 use serde_json::json;
 
-use crate::limit::{LimitArgs, finish, open, producer, send};
+use crate::limit::LimitArgs;
 use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::produce::{finish, producer, send};
+use crate::stream::open;
 
 /// The bridge's pipeline for the benchmark collection, writing to `topic` in `format`.
 fn pipeline(args: &LimitArgs) -> anyhow::Result<PipelineConfig> {

@@ -2,21 +2,17 @@
 //! bridge logic (no encoding, no ordered window, no checkpoint): events are produced as the
 //! server's BSON bytes, keyed by the raw `documentKey` bytes.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Instant;
 
-use bson::{Document, RawDocumentBuf};
 use futures::StreamExt;
-use mongo_kafka_bridge::source::{RawStream, current_token, to_resume_token};
-use rdkafka::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use serde_json::json;
 
 use crate::Servers;
 use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::produce::{finish, producer, send};
+use crate::stream::open;
 
 /// What the limit program does.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,7 +36,7 @@ pub struct LimitArgs {
     pub servers: Servers,
     /// read, produce, relay or fair.
     #[arg(long, value_enum)]
-    mode: Mode,
+    pub mode: Mode,
     /// Events to read (the backlog size) or records to produce.
     #[arg(long)]
     pub count: u64,
@@ -104,116 +100,9 @@ fn bridge_like_headers(event: &bson::RawDocument) -> OwnedHeaders {
     headers
 }
 
-/// Counts delivery reports.
-#[derive(Default)]
-pub(crate) struct Counting {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl rdkafka::ClientContext for Counting {}
-
-impl ProducerContext for Counting {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(_) => self.delivered.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.failed.fetch_add(1, Ordering::Relaxed),
-        };
-    }
-}
-
-/// The same producer settings as the bridge (`sink.rs`): idempotent, acks=all, 5 in flight,
-/// murmur2_random, linger 5 ms.
-pub(crate) fn producer(
-    bootstrap: &str,
-    compression: &str,
-) -> anyhow::Result<ThreadedProducer<Counting>> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("max.in.flight.requests.per.connection", "5")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "5")
-        .set("message.timeout.ms", "120000")
-        .set("compression.type", compression)
-        .create_with_context(Counting::default())?)
-}
-
-/// Enqueues one record, waiting while librdkafka's queue is full (backpressure, as the bridge).
-pub(crate) async fn send(
-    producer: &ThreadedProducer<Counting>,
-    topic: &str,
-    key: &[u8],
-    value: &[u8],
-    headers: Option<OwnedHeaders>,
-) -> anyhow::Result<()> {
-    let mut record = BaseRecord::to(topic).key(key).payload(value);
-    if let Some(headers) = headers {
-        record = record.headers(headers);
-    }
-    loop {
-        match producer.send(record) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                record = r;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err((e, _)) => return Err(e.into()),
-        }
-    }
-}
-
-/// Opens the change stream of the collection after the saved token.
-pub(crate) async fn open(
-    servers: &Servers,
-    token: &Path,
-    split_stage: bool,
-) -> anyhow::Result<RawStream> {
-    let token = RawDocumentBuf::from_bytes(std::fs::read(token)?)?;
-    let client = crate::mongo(&servers.uri).await?;
-    let coll = client
-        .database(&servers.db)
-        .collection::<Document>(&servers.coll);
-    let stages = if split_stage {
-        vec![bson::doc! { mongo_kafka_bridge::source::split::SPLIT_STAGE: {} }]
-    } else {
-        Vec::new()
-    };
-    let stream = coll
-        .watch()
-        .pipeline(stages)
-        .start_after(to_resume_token(&token)?)
-        .await?;
-    Ok(stream.with_type::<RawDocumentBuf>())
-}
-
-/// `bench token`: the stream's resume token right after opening (what the bridge commits first).
-pub async fn save_token(servers: &Servers, out: &Path) -> anyhow::Result<String> {
-    let client = crate::mongo(&servers.uri).await?;
-    let coll = client
-        .database(&servers.db)
-        .collection::<Document>(&servers.coll);
-    let mut stream = coll.watch().await?.with_type::<RawDocumentBuf>();
-    let mut token = current_token(&stream)?;
-    while token.is_none() {
-        if stream.next_if_any().await?.is_some() {
-            anyhow::bail!("the collection is being written to; save the token before the load");
-        }
-        token = current_token(&stream)?;
-    }
-    let token = token.ok_or_else(|| anyhow::anyhow!("no resume token"))?;
-    std::fs::write(out, token.as_bytes())?;
-    Ok(json!({ "token_bytes": token.as_bytes().len() }).to_string())
-}
-
-/// `bench limit`.
+/// `bench limit` in modes read, produce and relay (`main.rs` gives fair mode to `fair.rs`).
 pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
-    if args.mode == Mode::Fair {
-        return crate::fair::run(&args).await;
-    }
-    // (Fair mode has its own program, above.)
+    anyhow::ensure!(args.mode != Mode::Fair, "fair mode runs fair::run");
     let mut stream = open(&args.servers, &args.token, args.split_stage).await?;
     let mut bytes: u64 = 0;
     let (events, secs, failed) = match args.mode {
@@ -290,18 +179,4 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
         "peak_rss_kib": peak_rss_kib(),
     })
     .to_string())
-}
-
-/// Waits until `count` records are delivered (or failed); returns (delivered, failed).
-pub(crate) async fn finish(producer: &ThreadedProducer<Counting>, count: u64) -> (u64, u64) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let delivered = producer.context().delivered.load(Ordering::Relaxed);
-        let failed = producer.context().failed.load(Ordering::Relaxed);
-        if delivered + failed >= count || Instant::now() > deadline {
-            let _ = producer.flush(Duration::from_secs(1));
-            return (delivered, failed);
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }

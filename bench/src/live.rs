@@ -47,12 +47,17 @@ struct Seen {
     stamped_by_deadline: u64,
 }
 
-/// The last `bench_ts` stamp in a JSON value (relaxed or canonical, any spacing).
+/// The last `bench_ts` stamp in a JSON value (relaxed or canonical, any spacing), also where
+/// the document is itself a JSON string inside the record (Debezium's `after` and
+/// `updatedFields`: `\"bench_ts\": {\"$numberLong\": \"…\"}`).
 fn stamp(payload: &[u8]) -> Option<i64> {
-    const KEY: &[u8] = b"\"bench_ts\"";
-    let at = payload.windows(KEY.len()).rposition(|w| w == KEY)? + KEY.len();
+    const KEY: &[u8] = b"bench_ts";
+    let at = payload
+        .windows(KEY.len() + 1)
+        .rposition(|w| w.starts_with(KEY) && matches!(w[KEY.len()], b'"' | b'\\'))?
+        + KEY.len();
     let rest = &payload[at..];
-    let start = rest.iter().take(24).position(u8::is_ascii_digit)?;
+    let start = rest.iter().take(40).position(u8::is_ascii_digit)?;
     let digits = &rest[start..];
     let end = digits
         .iter()

@@ -27,6 +27,8 @@ mod limit;
 mod live;
 mod load;
 mod proc_stat;
+mod produce;
+mod stream;
 
 use clap::{Parser, Subcommand};
 
@@ -87,7 +89,8 @@ fn main() -> anyhow::Result<()> {
     let out = runtime.block_on(async move {
         match cli.command {
             Command::Load(args) => load::run(args).await,
-            Command::Token { servers, out } => limit::save_token(&servers, &out).await,
+            Command::Token { servers, out } => stream::save_token(&servers, &out).await,
+            Command::Limit(args) if args.mode == limit::Mode::Fair => fair::run(&args).await,
             Command::Limit(args) => limit::run(args).await,
             Command::Live(args) => live::run(args).await,
             Command::LimitCopy(args) => copy::run(args).await,

@@ -1,0 +1,110 @@
+"""The live block: each system running while `bench live` writes a 6:3:1
+insert/update/delete mix of ~1 KB documents at fixed rates and consumes the system's topic:
+write -> consumer latency p50/p99/max, and whether the rate was sustained. The bridge runs at
+--rates and --ramp, the baselines and the peers at --baseline-rates; then the bridge's RSS
+during a Kafka outage (broker SIGSTOPped while the collection keeps being written)."""
+
+import time
+
+from . import metrics, peers
+from .kafka import Kafka
+from .process import HarnessError, RssSampler, log, stop_process
+from .systems import DB, PEERS
+
+
+def live(h, run):
+    """One run of the block: each of --live-systems on a collection and topic of its own."""
+    args = h.args
+    kafka = Kafka(h.servers.block_broker())
+    try:
+        for system in args.live_systems:
+            coll = f"live_{system.replace('-', '_')}_{run}_{int(time.time())}"
+            if system in PEERS:
+                peer = peers.live_start(h, kafka, system, coll)
+                try:
+                    steps(h, system, peer.pid, lambda: peer.alive(), coll, peer.topic, run)
+                finally:
+                    peer.stop()
+                    kafka.delete(peer.topic)
+                continue
+            topic = f"bench.{coll}"
+            kafka.create(topic, args.partitions)
+            proc = h.start(system, coll, topic)
+            try:
+                wait_listening(system, proc)
+                steps(h, system, proc.pid, lambda: proc.poll() is None, coll, topic, run)
+                if system == "bridge" and args.outage and h.servers.kafka_managed:
+                    outage(h, kafka, proc, coll, topic, run)
+            finally:
+                stop_process(proc)
+            kafka.delete(topic)
+    finally:
+        kafka.close()
+
+
+def wait_listening(system, proc):
+    """Lets the system open its stream (the writer starts after it is listening), then warms
+    its producer up (the first record fetches the topic's metadata and the idempotent
+    producer id, a ~1 s outlier in the first step otherwise)."""
+    deadline = time.monotonic() + 30
+    if system == "bridge":
+        while time.monotonic() < deadline and not metrics.stream_open(proc.metrics_port):
+            time.sleep(0.1)
+    else:
+        time.sleep(2.0)
+
+
+def steps(h, system, pid, running, coll, topic, run):
+    """The fixed-rate steps of one system (a warm-up write first, not measured)."""
+    args = h.args
+    h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate", "200", "--duration", "1")
+    time.sleep(1.0)
+    rates = args.rates if system == "bridge" else args.baseline_rates
+    ramp = args.ramp if system == "bridge" else []
+    for rate in [*rates, *ramp]:
+        if not running():
+            raise HarnessError(f"{system} exited during the live run (see {h.work})")
+        sampler = RssSampler(pid)
+        r = h.bench("live", "--db", DB, "--coll", coll, "--topic", topic, "--rate", str(rate),
+                    "--duration", str(args.live_duration), "--settle", str(args.settle),
+                    timeout=args.live_duration + args.settle + 60)
+        r.update(system=system, run=run, rate=rate, ramp=rate in ramp and rate not in rates,
+                 rss_mib=sampler.stop())
+        r["sustained"] = r["write_rate"] >= 0.9 * rate and r["delivered_within_1s_fraction"] >= 0.95
+        h.results["live"].append(r)
+        log(f"  live {system:11} {rate:6}/s: wrote {r['write_rate']:8.0f}/s  p50 {r['p50_ms']:7.1f} ms"
+            f"  p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms"
+            f"  in 1s {100 * r['delivered_within_1s_fraction']:5.1f}%  rss {r['rss_mib']:.1f} MiB")
+
+
+def outage(h, kafka, proc, coll, topic, run):
+    """Bridge RSS while the broker is frozen and the collection keeps being written."""
+    args = h.args
+    sampler = RssSampler(proc.pid)
+    h.servers.freeze_kafka(True)
+    try:
+        w = h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate",
+                    str(args.outage_rate), "--duration", str(args.outage_seconds))
+    finally:
+        h.servers.freeze_kafka(False)
+    during = sampler.stop()
+    deadline = time.monotonic() + 60
+    records = w["inserts"] + w["updates"] + 2 * w["deletes"]
+    start_high = None
+    recovered = float("nan")
+    t0 = time.monotonic()
+    while time.monotonic() < deadline:
+        high = kafka.high(topic, args.partitions)
+        start_high = start_high if start_high is not None else high
+        if proc.poll() is not None:
+            raise HarnessError(f"bridge exited with {proc.returncode} after the outage")
+        if metrics.in_flight(proc.metrics_port) == 0 and high > start_high:
+            recovered = time.monotonic() - t0
+            break
+        time.sleep(0.1)
+    r = {"run": run, "written": w["inserts"] + w["updates"] + w["deletes"], "records": records,
+         "seconds": args.outage_seconds, "rss_mib": during, "recovered_s": recovered,
+         "budget_mib": 64 + 16}
+    h.results["outage"].append(r)
+    log(f"  outage: {r['written']} writes in {args.outage_seconds}s with Kafka frozen: bridge peak RSS"
+        f" {during:.1f} MiB, drained {recovered:.1f}s after thaw")
