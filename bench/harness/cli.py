@@ -225,10 +225,6 @@ def main():
     h = Harness(args, servers, work)
     failed = None
     try:
-        if servers.broker == "tansu":
-            h.skip("blocks", "the broker is tansu (MKB_KAFKA_BROKER=tansu), which the bench no "
-                             "longer measures on (retired: Apache Kafka runs groups now)")
-            args.sizes, args.no_live, args.copy, args.group, args.eos = [], True, False, False, False
         wants = [s for s in args.systems + args.live_systems if s in PEERS]
         if args.smoke and not args.peers:
             h.skip("peers", "debezium and mongo-kafka are not part of --smoke (a Kafka Connect "

@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "scripts" / "services"
 SECANTUS_RS = ROOT / ".cache" / "secantus-rs" / "bin" / "secantusd-rs"
 BROKERS = ("kafka", "noida")
-LABELS = {"kafka": "Apache Kafka", "noida": "noida-db", "tansu": "tansu"}
+LABELS = {"kafka": "Apache Kafka", "noida": "noida-db"}
 
 
 class Servers:
-    """MongoDB and the broker of one run; `broker` is the kind of Kafka in use (kafka, noida,
-    or tansu when KAFKA_BOOTSTRAP is one, which the bench no longer measures on)."""
+    """MongoDB and the broker of one run; `broker` is the kind of Kafka in use (kafka or
+    noida)."""
 
     def __init__(self, work, oplog_cap, broker):
         self.work = work
