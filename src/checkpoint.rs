@@ -68,7 +68,7 @@ pub(crate) async fn run(
             let delta = events.saturating_sub(committed_events);
             let stream = state.stream.as_ref();
             store
-                .commit_and_renew(
+                .commit(
                     epoch,
                     stream,
                     snapshot.map(|s| &**s),

@@ -121,6 +121,14 @@ def start_member(h, cfg, tag):
     return Member(proc, path)
 
 
+def check_members(procs, variant, when):
+    """Raises when a member has exited: `when` says at what point of the measurement."""
+    for m in procs:
+        if m.proc.poll() is not None:
+            raise HarnessError(f"group {variant}: a member exited with {m.proc.returncode} "
+                               f"{when} (see {m.log})")
+
+
 def init(h, variant, cfg, members, offsets_db, tag):
     """Starts the variant's members until every pipeline committed its first position
     (`resumeToken` in all its offsets documents), then stops them (SIGTERM, all at once);
@@ -137,11 +145,8 @@ def init(h, variant, cfg, members, offsets_db, tag):
                                             "resumeToken": {"$exists": True}})
             if have == len(names):
                 break
-            for m in procs:
-                if m.proc.poll() is not None:
-                    raise HarnessError(f"group {variant}: a member exited with "
-                                       f"{m.proc.returncode} before the first positions "
-                                       f"were committed ({have}/{len(names)}; see {m.log})")
+            check_members(procs, variant, f"before the first positions were committed "
+                                          f"({have}/{len(names)})")
             if time.monotonic() - t0 > 120:
                 raise HarnessError(f"group {variant}: {have}/{len(names)} pipelines committed "
                                    f"their first position after 120 s (see {h.work})")
@@ -216,11 +221,7 @@ def measure(h, kafka, variant, cfg, members, grouped, topics, n, tag):
                 running_all = now
             if len(done) == k:
                 break
-            for m in procs:
-                if m.proc.poll() is not None:
-                    raise HarnessError(f"group {variant}: a member exited with "
-                                       f"{m.proc.returncode} with {sum(delivered)}/{total} "
-                                       f"records delivered (see {m.log})")
+            check_members(procs, variant, f"with {sum(delivered)}/{total} records delivered")
             if now > timeout:
                 for m, x in enumerate(scraped):
                     (h.work / f"{tag}-m{m}.metrics").write_text(x["body"] or "")

@@ -28,27 +28,14 @@ impl OffsetsStore {
         .await
     }
 
-    /// [`OffsetsStore::commit`] (which also sets `leaseUntil`), recording the lease's validity.
-    pub(crate) async fn commit_and_renew(
-        &self,
-        epoch: i64,
-        position: Option<&Position>,
-        snapshot: Option<&SnapshotState>,
-        events: u64,
-        sequenced: Option<(i64, Option<i64>)>,
-    ) -> Result<(), BridgeError> {
-        let started_ms = DateTime::now().timestamp_millis();
-        self.commit(epoch, position, snapshot, events, sequenced)
-            .await?;
-        self.lease_written(started_ms);
-        Ok(())
-    }
-
     /// Writes `position` (and `events` more committed events) and the snapshot's delivered
     /// state, when given, with majority write concern, in one update. A finished snapshot's
     /// state is replaced by its `lastSnapshot` summary. `sequenced`: for a position Kafka
     /// committed first (exactly-once), its commit sequence and progress-record offset, stored
     /// as they are (`commitSequence` only rises: `$max`); `None` raises `commitSequence` by one.
+    ///
+    /// The write also extends `leaseUntil`; once it succeeded, the lease is recorded as valid
+    /// until the time the write started plus the lease.
     ///
     /// Errors: [`BridgeError::Fenced`] when our epoch is no longer current.
     pub(crate) async fn commit(
@@ -59,6 +46,7 @@ impl OffsetsStore {
         events: u64,
         sequenced: Option<(i64, Option<i64>)>,
     ) -> Result<(), BridgeError> {
+        let started_ms = DateTime::now().timestamp_millis();
         let (mut set, unset) = super::exactly_once::position_fields(position, snapshot)
             .map_err(|r| self.invalid(r))?;
         set.insert(fields::OWNER, &self.owner);
@@ -84,7 +72,9 @@ impl OffsetsStore {
         if !unset.is_empty() {
             update.insert("$unset", unset);
         }
-        self.update(epoch, update).await
+        self.update(epoch, update).await?;
+        self.lease_written(started_ms);
+        Ok(())
     }
 
     /// Removes the snapshot request answered by the snapshot that recorded `requested_at`

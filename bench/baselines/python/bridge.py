@@ -20,8 +20,9 @@ import sys
 import time
 
 from bson import json_util
-from confluent_kafka import Producer
 from pymongo import MongoClient
+
+from produce import Delivering
 
 RELAXED = json_util.RELAXED_JSON_OPTIONS
 CANONICAL = json_util.CANONICAL_JSON_OPTIONS
@@ -65,20 +66,8 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "compression.type": args.compression,
-        }
-    )
-    errors = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(err)
+    delivering = Delivering(args.bootstrap, args.compression)
+    producer, errors, on_delivery = delivering.producer, delivering.errors, delivering.on_delivery
 
     saved = offsets.find_one({"_id": args.name})
     start_after = saved["token"] if saved else None

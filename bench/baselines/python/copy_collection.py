@@ -20,9 +20,10 @@ import sys
 import time
 
 from bson import json_util
-from confluent_kafka import Producer
 from pymongo import ASCENDING, MongoClient
 from pymongo.read_concern import ReadConcern
+
+from produce import Delivering
 
 RELAXED = json_util.RELAXED_JSON_OPTIONS
 CANONICAL = json_util.CANONICAL_JSON_OPTIONS
@@ -39,20 +40,8 @@ def main():
     ap.add_argument("--compression", default="none")
     args = ap.parse_args()
 
-    producer = Producer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "compression.type": args.compression,
-        }
-    )
-    errors = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(err)
+    delivering = Delivering(args.bootstrap, args.compression)
+    producer, errors, on_delivery = delivering.producer, delivering.errors, delivering.on_delivery
 
     started = time.monotonic()
     coll = MongoClient(args.uri)[args.db].get_collection(
