@@ -19,6 +19,7 @@
 mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod debezium;
 pub mod encode;
 pub mod error;
 mod event;
