@@ -346,6 +346,9 @@ def vectors_of(run: str, records: list[dict], snapshot_docs: list[bytes], events
         if ev.get("fullDocumentBeforeChange") is not None and val["before"] is not None:
             out.append({"case": case + " before", "writer": "strict", "bson": b64(ev["fullDocumentBeforeChange"].raw),
                         "expected": val["before"]})
+        if ev.get("lsid") is not None and val["source"].get("lsid") is not None:  # the same strict writer
+            out.append({"case": case + " lsid", "writer": "strict", "bson": b64(ev["lsid"].raw),
+                        "expected": val["source"]["lsid"]})
         ud = val.get("updateDescription")
         if ud is not None:
             raw_ud = ev["updateDescription"].raw
