@@ -19,7 +19,6 @@
 mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod debezium;
 pub mod encode;
 pub mod error;
 mod event;

@@ -5,7 +5,7 @@ Runs Debezium (bench/peers/connect.py) on collections of documents that cover ev
 its default serialization handles, as field values and as `_id`s, through a snapshot and a
 change stream (insert, $set incl. nested paths and array elements, $unset, $push, $pop,
 replace, delete, a multi-document transaction), and saves what it wrote with the BSON it was
-shown, so that our writers (src/debezium*) can be compared with it byte for byte.
+shown, so that our writers (src/extjson/debezium*) can be compared with it byte for byte.
 
 Usage (with MONGODB_URI and KAFKA_BOOTSTRAP set, e.g. from `scripts/services up`):
     .cache/venv/bin/python bench/peers/capture_debezium.py OUTDIR [--no-probe]

@@ -121,7 +121,7 @@ pub fn write_after_json(out: &mut String, doc: &RawDocument) -> Res {
 /// ```
 /// let doc = bson::rawdoc! { "_id": 1, "n": 7_i64, "x": 1e20, "s": "é😀" };
 /// assert_eq!(
-///     mongo_kafka_bridge::debezium::after_json(&doc).unwrap(),
+///     mongo_kafka_bridge::extjson::debezium::after_json(&doc).unwrap(),
 ///     r#"{"_id": 1,"n": {"$numberLong": "7"},"x": 1.0E+20,"s": "é\ud83d\ude00"}"#
 /// );
 /// ```
@@ -149,7 +149,7 @@ pub fn write_updated_fields_json(out: &mut String, updated_fields: &RawDocument)
 /// ```
 /// let updated = bson::rawdoc! { "n": 7_i64, "when": bson::DateTime::from_millis(-1) };
 /// assert_eq!(
-///     mongo_kafka_bridge::debezium::updated_fields_json(&updated).unwrap(),
+///     mongo_kafka_bridge::extjson::debezium::updated_fields_json(&updated).unwrap(),
 ///     r#"{"n": 7, "when": {"$date": {"$numberLong": "-1"}}}"#
 /// );
 /// ```
@@ -251,7 +251,7 @@ pub fn key_id(document_key: &RawDocument) -> Res<String> {
 /// ```
 /// let key = bson::rawdoc! { "_id": "alpha" };
 /// assert_eq!(
-///     mongo_kafka_bridge::debezium::key_json(&key).unwrap(),
+///     mongo_kafka_bridge::extjson::debezium::key_json(&key).unwrap(),
 ///     r#"{"id":"\"alpha\""}"#
 /// );
 /// ```

@@ -108,7 +108,7 @@ pub(super) fn write_java_units(out: &mut String, units: &[u16]) {
 ///
 /// ```
 /// let mut out = String::new();
-/// mongo_kafka_bridge::debezium::write_jackson_string(&mut out, "q\"\\\t\u{1}\u{7f}é😀");
+/// mongo_kafka_bridge::extjson::debezium::write_jackson_string(&mut out, "q\"\\\t\u{1}\u{7f}é😀");
 /// assert_eq!(out, "\"q\\\"\\\\\\t\\u0001\u{7f}é\\uD83D\\uDE00\"");
 /// ```
 pub fn write_jackson_string(out: &mut String, s: &str) {
@@ -138,7 +138,7 @@ pub fn write_jackson_string(out: &mut String, s: &str) {
 /// `1.9999999999999998E23`, `NaN`, `Infinity`.
 ///
 /// ```
-/// use mongo_kafka_bridge::debezium::java_double_to_string;
+/// use mongo_kafka_bridge::extjson::debezium::java_double_to_string;
 ///
 /// assert_eq!(java_double_to_string(7.0), "7.0");
 /// assert_eq!(java_double_to_string(1e20), "1.0E20");
