@@ -22,6 +22,7 @@ use mongodb::Collection;
 
 use crate::support::*;
 
+mod moving;
 mod peer;
 
 use peer::{Debezium, corpus, peers};

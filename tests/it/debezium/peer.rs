@@ -52,6 +52,8 @@ pub struct Debezium {
     pub workdir: PathBuf,
     /// The worker's REST URL.
     pub rest: String,
+    /// The connector's name.
+    pub name: String,
 }
 
 impl Debezium {
@@ -75,6 +77,7 @@ impl Debezium {
             python: python.to_owned(),
             workdir,
             rest: String::new(),
+            name,
         };
         assert!(
             out.status.success(),
@@ -88,6 +91,48 @@ impl Debezium {
             .expect("rest URL")
             .clone_into(&mut started.rest);
         started
+    }
+
+    /// The connector's offsets as Connect's REST API gives them (KIP-875).
+    pub fn offsets(&self) -> String {
+        let out = Command::new(&self.python)
+            .arg(root().join("bench/peers/connect.py"))
+            .args(["offsets", "--rest", &self.rest, "--connector", &self.name])
+            .output()
+            .expect("run connect.py offsets");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8")
+    }
+
+    /// Stops the connector, not the worker (`PUT /connectors/NAME/stop`, KIP-875: its tasks
+    /// end and their last offsets are committed), and waits until it says STOPPED.
+    pub fn stop_connector(&self) {
+        let url = format!("{}/connectors/{}", self.rest, self.name);
+        let put = Command::new("curl")
+            .args(["-sf", "-X", "PUT", &format!("{url}/stop")])
+            .status()
+            .expect("run curl");
+        assert!(put.success(), "PUT {url}/stop");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let out = Command::new("curl")
+                .args(["-sf", &format!("{url}/status")])
+                .output();
+            let status = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            if status.is_ok_and(|s| s.contains("\"state\":\"STOPPED\"")) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} did not stop",
+                self.name
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 
     /// Stops the worker (Connect commits its last offsets on a graceful stop).
