@@ -30,9 +30,16 @@ pub fn peers() -> Result<PathBuf, String> {
             "the broker is {broker}: Kafka Connect runs against Apache Kafka"
         ));
     }
-    if Command::new("java").arg("-version").output().is_err() {
+    let Ok(version) = Command::new("java").arg("-version").output() else {
         return Err("no java on PATH (Kafka Connect needs Java 17+)".to_owned());
-    }
+    };
+    // The reference is Debezium on OpenJDK 17: Double.toString and the escaped characters of
+    // its JSON strings follow the JDK (README "The Debezium form").
+    let version = String::from_utf8_lossy(&version.stderr).into_owned();
+    assert!(
+        version.contains(" version \"17."),
+        "the Debezium reference runs on Java 17, PATH has: {version}(put a JDK 17 first on PATH)"
+    );
     let out = Command::new(&python)
         .arg(root().join("bench/peers/connect.py"))
         .arg("prepare")
