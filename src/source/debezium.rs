@@ -71,3 +71,56 @@ impl<T> Held<T> {
         seq.fill(slot, vec![end]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn pipeline(value: &str) -> PipelineConfig {
+        let text = format!(
+            "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+             [[pipelines]]\nname = \"p\"\ndatabase = \"d\"\ncollection = \"c\"\nvalue = \"{value}\"\n\
+             full_document = \"update_lookup\"\n[pipelines.debezium]\ntopic_prefix = \"x\"\n"
+        );
+        let text = if value == "debezium" {
+            text
+        } else {
+            text.replace("[pipelines.debezium]\ntopic_prefix = \"x\"\n", "")
+        };
+        let config = Config::from_toml(&text, std::iter::empty()).expect("valid");
+        config.pipelines[0].clone()
+    }
+
+    fn drain(seq: &mut Sequencer<(u32, bool)>) -> Vec<(u32, bool)> {
+        std::iter::from_fn(|| seq.pop()).collect()
+    }
+
+    #[test]
+    fn a_batch_waits_for_its_namespaces_next_reply_and_the_last_one_is_marked() {
+        // GIVEN the Debezium form copying one namespace, items (document, snapshot's last)
+        let mut held = Held::new(&pipeline("debezium"), 1);
+        let mut seq = Sequencer::default();
+        let (first, second, end) = (seq.open(), seq.open(), seq.open());
+        // WHEN the first batch arrives, it is held: nothing leaves
+        held.batch(&mut seq, 0, first, vec![(1, false), (2, false)]);
+        assert!(drain(&mut seq).is_empty());
+        // AND the second arrives: the first leaves, the second is held
+        held.batch(&mut seq, 0, second, vec![(3, false)]);
+        assert_eq!(drain(&mut seq), [(1, false), (2, false)]);
+        // THEN the end releases the second with its last document marked, then the end item
+        held.exhausted(&mut seq, (0, end), |item| item.1 = true, (0, false));
+        assert_eq!(drain(&mut seq), [(3, true), (0, false)]);
+    }
+
+    #[test]
+    fn other_forms_hold_nothing() {
+        let mut held = Held::new(&pipeline("change_event"), 1);
+        let mut seq = Sequencer::default();
+        let (first, end) = (seq.open(), seq.open());
+        held.batch(&mut seq, 0, first, vec![(1, false)]);
+        assert_eq!(drain(&mut seq), [(1, false)]);
+        held.exhausted(&mut seq, (0, end), |item| item.1 = true, (0, false));
+        assert_eq!(drain(&mut seq), [(0, false)], "no held batch to mark");
+    }
+}
