@@ -12,7 +12,8 @@
 //!   order).
 //!
 //! Differences that cannot be closed are listed in [`EXCEPTIONS`] and in the README; the test
-//! allows exactly those. `moving.rs`: the move from Debezium (`offsets import debezium`).
+//! allows exactly those. `moving.rs`: the move from Debezium (`offsets import debezium`);
+//! `uncaptured.rs`: events Debezium does not capture.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,6 +25,7 @@ use crate::support::*;
 
 mod moving;
 mod peer;
+mod uncaptured;
 
 use peer::{Debezium, corpus, peers};
 

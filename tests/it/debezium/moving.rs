@@ -25,7 +25,7 @@ fn identity(r: &RawRecord) -> Option<(String, String)> {
 }
 
 /// Every record of `topic` up to the one keyed `last_key`.
-async fn read_through(topic: &str, last_key: &str) -> Vec<RawRecord> {
+pub(super) async fn read_through(topic: &str, last_key: &str) -> Vec<RawRecord> {
     let mut count = 1;
     loop {
         let records = collect_raw(topic, count, WAIT).await;
