@@ -254,28 +254,26 @@ fn compare<T>(
     }
 }
 
-/// Prints the first record of each `op` (and a tombstone) of both systems.
+/// Prints Debezium's first record of each `op` (and a tombstone), and the bridge's record of the
+/// same key and `op`.
 fn show(dbz: &[Rec], ours: &[Rec]) {
+    let print = |what: &str, side: &str, r: Option<&Rec>| {
+        if let Some(r) = r {
+            eprintln!("{what} {side}:\n  key   {}\n  value {:?}", r.key, r.value);
+        }
+    };
     for op in ["r", "c", "u", "d"] {
         let pattern = format!(",\"op\":\"{op}\",");
-        for (side, records) in [("debezium", dbz), ("bridge", ours)] {
-            if let Some(r) = records
-                .iter()
-                .find(|r| r.value.as_deref().is_some_and(|v| v.contains(&pattern)))
-            {
-                eprintln!(
-                    "op {op} {side}:\n  key   {}\n  value {}",
-                    r.key,
-                    r.value.as_deref().unwrap()
-                );
-            }
-        }
+        let is = |r: &&Rec| r.value.as_deref().is_some_and(|v| v.contains(&pattern));
+        let first = dbz.iter().find(is);
+        print(&format!("op {op}"), "debezium", first);
+        let same = first.and_then(|f| ours.iter().filter(is).find(|r| r.key == f.key));
+        print(&format!("op {op}"), "bridge", same);
     }
-    for (side, records) in [("debezium", dbz), ("bridge", ours)] {
-        if let Some(r) = records.iter().find(|r| r.value.is_none()) {
-            eprintln!("tombstone {side}: key {} value null", r.key);
-        }
-    }
+    let first = dbz.iter().find(|r| r.value.is_none());
+    print("tombstone", "debezium", first);
+    let same = first.and_then(|f| ours.iter().find(|r| r.value.is_none() && r.key == f.key));
+    print("tombstone", "bridge", same);
 }
 
 /// The scenario with the JSON converter's schemas off or on.

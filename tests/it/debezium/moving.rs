@@ -306,6 +306,22 @@ async fn moving_from_debezium_loses_no_event() {
 async fn moving_after_debezium_crashed_repeats_only_its_last_flush_interval() {
     // GIVEN Debezium streaming a collection (after its snapshot) while a writer writes
     let Some(s) = streaming().await else { return };
+    // AND it committed the offset of a streamed event (Connect commits every flush interval)
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let offsets: serde_json::Value = serde_json::from_str(&s.debezium.offsets()).unwrap();
+        if offsets["offsets"][0]["offset"]["sec"]
+            .as_i64()
+            .is_some_and(|sec| sec > 0)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Debezium committed no streamed offset"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // WHEN its worker is killed, and the position is imported from Connect's offsets topic
     let pid = std::fs::read_to_string(s.debezium.workdir.join("connect.pid")).unwrap();
     let killed = std::process::Command::new("kill")
