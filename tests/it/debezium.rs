@@ -259,7 +259,8 @@ fn compare<T>(
 fn show(dbz: &[Rec], ours: &[Rec]) {
     let print = |what: &str, side: &str, r: Option<&Rec>| {
         if let Some(r) = r {
-            eprintln!("{what} {side}:\n  key   {}\n  value {:?}", r.key, r.value);
+            let value = r.value.as_deref().unwrap_or("null");
+            eprintln!("{what} {side}:\n  key   {}\n  value {value}", r.key);
         }
     };
     for op in ["r", "c", "u", "d"] {
