@@ -2,8 +2,8 @@
 //! validated once at load. This file holds the sections' types; beside it:
 //!
 //! - `load.rs`: the file and the environment overrides;
-//! - `validate.rs`: every rule, and the warnings; `snapshot.rs`, `group.rs` and
-//!   `exactly_once.rs`: the rules (and settings) of those features;
+//! - `validate.rs`: every rule, and the warnings; `snapshot.rs`, `group.rs`,
+//!   `exactly_once.rs` and `debezium.rs`: the rules (and settings) of those features;
 //! - `kafka`: what the bridge knows of librdkafka's properties (the one place that names
 //!   them, with `group` and `exactly_once`);
 //! - [`names`]: the names of the bridge's own topics and collections;
@@ -21,6 +21,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
+pub(crate) mod debezium;
 pub(crate) mod exactly_once;
 pub(crate) mod group;
 pub(crate) mod kafka;
@@ -36,6 +37,7 @@ pub use values::{
     OnOversize, PropertyValue, SecretUri, SnapshotMode, StartAt, TopicCreation, ValueMode,
 };
 
+pub use debezium::DebeziumSettings;
 pub use kafka::InFlightBounds;
 use names::OffsetsLocation;
 pub use pipelines::PipelineConfig;

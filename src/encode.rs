@@ -1,7 +1,8 @@
 //! Stage 2, the encoder: change event → Kafka records: topic (`topics`), key and value in
 //! each `format` (`format.rs`), headers (`headers`), the dead-letter stubs that stand for
-//! what cannot be written (`dead_letter`), and a snapshot's records (`snapshot.rs`). Pure, no
-//! I/O.
+//! what cannot be written (`dead_letter`), a snapshot's records (`snapshot.rs`), and the
+//! Debezium form (`debezium.rs`, `value = "debezium"`: Debezium's records, its own rules).
+//! Pure, no I/O.
 //!
 //! The record format is a public contract (README, "Record format"):
 //! - **Key**: the event's `documentKey`, whole and in the server's field order, as compact
@@ -32,6 +33,7 @@ use crate::event::ChangeEventView;
 use crate::extjson::{JsonMode, Utf8};
 
 pub(crate) mod dead_letter;
+pub(crate) mod debezium;
 mod format;
 pub(crate) mod headers;
 pub(crate) mod record;
@@ -97,6 +99,8 @@ pub struct RecordEncoder {
     dead_letter_topic: Option<Arc<str>>,
     tombstones: bool,
     last_ns: (String, String, Option<Arc<str>>),
+    /// `value = "debezium"`: the form's settings.
+    debezium: Option<debezium::Form>,
 }
 
 /// A record's key and value bytes, the value's `mongo.format`, and the diversion if any.
@@ -109,7 +113,7 @@ impl RecordEncoder {
         Self {
             pipeline: pipeline.name.clone(),
             topic: pipeline.topic.as_deref().map(Arc::from),
-            topic_prefix: topic_prefix.to_owned(),
+            topic_prefix: topics::prefix(pipeline, topic_prefix).into_owned(),
             fallback_topic: Arc::from(fallback),
             json: pipeline.json_mode(),
             value: pipeline.value,
@@ -124,6 +128,7 @@ impl RecordEncoder {
             dead_letter_topic: pipeline.dead_letter_topic.as_deref().map(Arc::from),
             tombstones: pipeline.tombstones,
             last_ns: (String::new(), String::new(), None),
+            debezium: debezium::Form::of(pipeline),
         }
     }
 
@@ -149,10 +154,13 @@ impl RecordEncoder {
                 view.operation_type.to_owned(),
             ));
         }
+        if self.debezium.is_some() {
+            return self.encode_debezium(raw, &view, token);
+        }
         let topic = self.topic_for(&view);
         let key_doc = key_document(&view, &self.pipeline);
         let (value_doc, prefix) = match (self.value, view.full_document) {
-            (ValueMode::ChangeEvent, _) => (Some(raw), ""),
+            (ValueMode::ChangeEvent | ValueMode::Debezium, _) => (Some(raw), ""),
             (ValueMode::Document, Some(Some(doc))) => (Some(doc), "fullDocument."),
             // A drop, rename, dropDatabase, invalidate: the event itself marks the namespace.
             (ValueMode::Document, _) if !is_document_event => (Some(raw), ""),
@@ -286,7 +294,7 @@ impl RecordEncoder {
         headers: Vec<(&'static str, Vec<u8>)>,
         is_delete: bool,
     ) -> Vec<Record> {
-        let tombstone = is_delete && self.tombstones && self.value == ValueMode::ChangeEvent;
+        let tombstone = is_delete && self.tombstones && self.value != ValueMode::Document;
         let mut records = Vec::with_capacity(2);
         if tombstone {
             records.push(Record {

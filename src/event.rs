@@ -61,6 +61,8 @@ pub(crate) enum SourceItem {
         /// The snapshot's state once this document is delivered: set on the last document of
         /// each batch, `None` on the others.
         state: Option<SharedState>,
+        /// The snapshot's last copied document (known in the Debezium form only).
+        snapshot_last: bool,
         /// Like an event's.
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     },

@@ -39,6 +39,11 @@
 //!   error, which bounds recursion and stack use.
 //! * On error, `out` is truncated back to the length it had on entry.
 //!
+//! [`debezium`] is another writer of the same raw BSON: the JSON strings of Debezium's MongoDB
+//! connector (the Java driver's legacy strict and relaxed modes, Java's number and escaping
+//! rules), byte for byte, for the Debezium form (`encode/debezium.rs`). It shares nothing with
+//! the Extended JSON v2 writer above but [`MAX_DEPTH`] and the RFC 3339 date helper.
+//!
 //! [MongoDB Extended JSON v2]: https://github.com/mongodb/specifications/blob/master/source/extended-json/extended-json.md
 
 use bson::{RawArray, RawBsonRef, RawDocument};
@@ -47,6 +52,7 @@ use scalars::write_iso8601_millis;
 use writer::JsonWriter;
 
 mod ambiguity;
+pub mod debezium;
 mod parse;
 mod scalars;
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! - [`limits`]: what each topic accepts per record batch, against what the producer batches.
 //! - [`group`]: the group membership's consumer (`[bridge] group_id`) and its thread.
 //! - [`exactly_once`]: the transactional producer's calls, the progress topic's startup read.
+//! - `debezium`: reading a Kafka Connect offsets topic (`offsets import debezium`); it runs on
+//!   the blocking pool, where its consumer is also destroyed.
 //!
 //! Every client takes its librdkafka configuration from `config/` (`config/kafka.rs`,
 //! `config/group.rs`, `config/exactly_once.rs`), the one place that names librdkafka's
@@ -23,6 +25,7 @@ use std::ops::Deref;
 
 pub(crate) mod admin;
 pub(crate) mod context;
+pub(crate) mod debezium;
 pub(crate) mod delivery;
 pub(crate) mod exactly_once;
 pub(crate) mod group;

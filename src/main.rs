@@ -13,7 +13,9 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use mongo_kafka_bridge::Config;
 use mongo_kafka_bridge::cli::check;
-use mongo_kafka_bridge::cli::offsets::{self as offsets_cli, OffsetsCommand, ResetTo};
+use mongo_kafka_bridge::cli::offsets::{
+    self as offsets_cli, DebeziumOffsets, ImportDebezium, OffsetsCommand, ResetTo,
+};
 use mongo_kafka_bridge::error::{BridgeError, report};
 use mongo_kafka_bridge::observe::status::{self, Status};
 use mongo_kafka_bridge::observe::telemetry::{self, LogFormat};
@@ -99,6 +101,41 @@ enum OffsetsArgs {
         #[arg(long)]
         force: bool,
     },
+    /// Store another system's position as a pipeline's (the move without a gap).
+    #[command(subcommand)]
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ImportArgs {
+    /// The position of Debezium's MongoDB connector, from Kafka Connect (README "Moving from
+    /// Debezium"); refused while a live instance holds the pipeline, unless --force.
+    Debezium(DebeziumArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("from").required(true).args(["offsets", "connect_offsets_topic"])))]
+struct DebeziumArgs {
+    /// Pipeline name.
+    name: String,
+    /// The JSON of Kafka Connect's GET /connectors/NAME/offsets: a file, or - for stdin.
+    #[arg(long, value_name = "FILE")]
+    offsets: Option<PathBuf>,
+    /// Read the offsets from this Kafka Connect offsets topic (the distributed worker's
+    /// offset.storage.topic) on [kafka] bootstrap_servers.
+    #[arg(long, value_name = "TOPIC", requires = "connector")]
+    connect_offsets_topic: Option<String>,
+    /// The connector's name in Kafka Connect (with --connect-offsets-topic).
+    #[arg(long)]
+    connector: Option<String>,
+    /// The connector's topic.prefix (the offsets' server_id); default: the pipeline's
+    /// [pipelines.debezium] topic_prefix.
+    #[arg(long)]
+    server_id: Option<String>,
+    /// Proceed although a live instance holds the pipeline: it is fenced, and restarts from
+    /// the imported position.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +309,7 @@ fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
         OffsetsArgs::List => OffsetsCommand::List,
         OffsetsArgs::Show { name } => OffsetsCommand::Show { name },
         OffsetsArgs::AcceptConfig { name, force } => OffsetsCommand::AcceptConfig { name, force },
+        OffsetsArgs::Import(ImportArgs::Debezium(args)) => import_debezium(args)?,
         OffsetsArgs::Reset(r) => {
             let to = match (r.to_now, r.to_timestamp, r.delete) {
                 (true, _, _) => ResetTo::Now,
@@ -294,6 +332,25 @@ fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
             }
         }
     })
+}
+
+/// `offsets import debezium`'s command; `None` (after printing why) when the offsets cannot be
+/// read.
+fn import_debezium(args: DebeziumArgs) -> Option<OffsetsCommand> {
+    let from = match (args.offsets, args.connect_offsets_topic, args.connector) {
+        (Some(path), _, _) => DebeziumOffsets::read(&path)
+            .map_err(|e| eprintln!("error: --offsets {}: {e}", path.display()))
+            .ok()?,
+        (None, Some(topic), Some(connector)) => DebeziumOffsets::Topic { topic, connector },
+        _ => return None, // clap requires one of them
+    };
+    let (name, server_id, force) = (args.name, args.server_id, args.force);
+    Some(OffsetsCommand::ImportDebezium(ImportDebezium {
+        name,
+        from,
+        server_id,
+        force,
+    }))
 }
 
 async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) -> ExitCode {

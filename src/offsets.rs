@@ -1,14 +1,16 @@
 //! The offsets document: one per pipeline in `<offsets_database>.<offsets_collection>`. This
 //! module owns it: its field names, its parsed type, its schema version, and every read and
 //! write ([`OffsetsStore`] for a running pipeline, with its commits in `commit.rs`;
-//! `operator` for the `offsets` command and `check`). Beside it in the offsets database, the
-//! group slots (`group`).
+//! `operator` for the `offsets` command and `check`; `debezium` for `offsets import debezium`,
+//! the only write of a position the bridge did not read itself). Beside it in the offsets
+//! database, the group slots (`group`).
 //!
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
 //!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
-//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid}` (`snapshot`
+//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid,
+//!   importedFrom?}` (`snapshot`
 //!   has the snapshot's fields, `exactly_once` the exactly-once ones and the progress record).
 //!
 //! Invariants:
@@ -33,6 +35,7 @@
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
 mod commit;
+pub(crate) mod debezium;
 pub(crate) mod exactly_once;
 pub(crate) mod group;
 pub(crate) mod identity;
@@ -113,6 +116,9 @@ pub(crate) mod fields {
     /// names the pipeline's stream in Kafka (`transactional.id`, progress records), so two
     /// deployments sharing a Kafka cluster never collide there.
     pub(crate) const STREAM_UID: &str = "streamUid";
+    /// Where an imported position came from (`offsets import debezium`): `{system,
+    /// serverId, connector?, offset, at}`; removed by the next reset.
+    pub(crate) const IMPORTED_FROM: &str = "importedFrom";
 }
 
 /// An offsets document as read.
@@ -246,7 +252,10 @@ pub(crate) fn moved_to(at: Timestamp) -> (Document, Document) {
         fields::SCHEMA_VERSION: SCHEMA_VERSION,
         fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
     };
-    let unset = doc! { fields::RESUME_TOKEN: "", fields::CLUSTER_TIME: "", fields::WALL_TIME: "" };
+    let unset = doc! {
+        fields::RESUME_TOKEN: "", fields::CLUSTER_TIME: "", fields::WALL_TIME: "",
+        fields::IMPORTED_FROM: "",
+    };
     (set, unset)
 }
 

@@ -193,3 +193,10 @@ impl Marker {
         }
     }
 }
+
+/// The configured `snapshot_filter` as canonical Extended JSON; `None` without one.
+pub(crate) fn canonical_filter(p: &crate::config::PipelineConfig) -> Option<String> {
+    p.snapshot_filter.as_ref()?;
+    let raw = bson::RawDocumentBuf::from_document(&p.snapshot_filter()).ok()?;
+    crate::extjson::to_string(&raw, crate::extjson::JsonMode::Canonical).ok()
+}

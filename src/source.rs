@@ -6,12 +6,14 @@
 //!   `getMore` replies;
 //! - [`split`]: reassembling `$changeStreamSplitLargeEvent` fragments;
 //! - `snapshot`: the source task, which streams and, while a snapshot runs, copies
-//!   (`copying.rs`: one running snapshot's copies) in the order `snapshot/sequence.rs` proves.
+//!   (`copying.rs`: one running snapshot's copies) in the order `snapshot/sequence.rs` proves;
+//!   `debezium.rs`: the Debezium form's look-ahead for a snapshot's last document.
 //!
 //! Invariant: one task reads the stream and issues every copy request; what it reads enters
 //! one channel in read order (the relay's window keeps that order).
 
 pub(crate) mod copying;
+mod debezium;
 pub(crate) mod reader;
 pub(crate) mod snapshot;
 pub mod split;

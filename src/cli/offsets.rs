@@ -1,7 +1,8 @@
 //! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
-//! --delete) [--force] | accept-config NAME [--force]`: what an operator would otherwise do by
-//! hand in mongosh on the offsets collection. Reads and writes go through
-//! `crate::offsets::operator`; `print.rs` prints the documents.
+//! --delete) [--force] | accept-config NAME [--force] | import debezium NAME …`: what an
+//! operator would otherwise do by hand in mongosh on the offsets collection. Reads and writes go
+//! through `crate::offsets::operator`; `print.rs` prints the documents; `debezium.rs` imports
+//! the position of Debezium's MongoDB connector (the move from Debezium).
 //!
 //! Invariants:
 //! - A reset or an accept-config refuses while a live instance holds the pipeline
@@ -29,7 +30,10 @@ use crate::offsets::OffsetsDoc;
 use crate::offsets::operator::OffsetsAdmin;
 
 mod change;
+mod debezium;
 mod print;
+
+pub use debezium::{DebeziumOffsets, ImportDebezium};
 
 /// Where `offsets reset` moves a pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +65,8 @@ pub enum OffsetsCommand {
         /// Proceed even though a live instance holds the pipeline (it will be fenced).
         force: bool,
     },
+    /// Store the position of Debezium's MongoDB connector as the pipeline's.
+    ImportDebezium(ImportDebezium),
     /// Move or delete one pipeline's position.
     Reset {
         /// Pipeline name (`_id`).
@@ -180,6 +186,7 @@ impl Command<'_> {
             OffsetsCommand::AcceptConfig { name, force } => {
                 self.accept_config(name, *force, out).await
             }
+            OffsetsCommand::ImportDebezium(import) => self.import_debezium(import, out).await,
         }
     }
 

@@ -40,6 +40,7 @@ impl Config {
                     reason: format!("not valid TOML: {e}"),
                 })?;
         let overrides = apply_env(&mut tree, env)?;
+        super::debezium::default_capture_mode(&mut tree);
         let mut settings = tree.clone();
         settings.remove("pipelines");
         let lease_set = tree.get("bridge").and_then(|b| b.get("lease_ms")).is_some();

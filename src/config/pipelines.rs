@@ -33,9 +33,11 @@ pub struct PipelineConfig {
     pub full_document_before_change: FullDocumentBeforeChange,
     /// One topic for everything this pipeline reads; default `<topic_prefix><db>.<coll>`.
     pub topic: Option<String>,
-    /// Default `change_event`.
+    /// Default `change_event`; `debezium` with [`debezium`](Self::debezium).
     #[serde(default = "default_value_mode")]
     pub value: ValueMode,
+    /// `[pipelines.debezium]`: the Debezium form's settings (`value = "debezium"`).
+    pub debezium: Option<super::DebeziumSettings>,
     /// The value's encoding: `json` (default, Extended JSON v2 in the `json` mode) or `bson`
     /// (the server's bytes, untouched).
     #[serde(default = "default_format")]

@@ -49,7 +49,7 @@ pub(super) fn snapshot_rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeE
     } else {
         "on_history_lost = \"snapshot\""
     };
-    if p.value == ValueMode::ChangeEvent && p.full_document == FullDocument::Default {
+    if p.value != ValueMode::Document && p.full_document == FullDocument::Default {
         return Err(BridgeError::config(
             format!("{at}.full_document"),
             format!(
@@ -59,7 +59,7 @@ pub(super) fn snapshot_rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeE
             ),
         ));
     }
-    if p.value == ValueMode::ChangeEvent && !p.tombstones {
+    if p.value != ValueMode::Document && !p.tombstones {
         return Err(BridgeError::config(
             format!("{at}.tombstones"),
             format!(

@@ -292,7 +292,7 @@ fn bad_enum_values_of_other_options_list_the_allowed_values() {
         (
             "value = \"doc\"",
             "pipelines[0].value",
-            "expected `change_event` or `document`",
+            "expected one of `change_event`, `document`, `debezium`",
         ),
         (
             "json = \"strict\"",

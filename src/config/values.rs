@@ -73,6 +73,9 @@ pub enum ValueMode {
     ChangeEvent,
     /// `fullDocument` only (null for deletes and vanished documents).
     Document,
+    /// The records of Debezium's MongoDB connector 3.6 with Kafka Connect's JSON converter
+    /// (`[pipelines.debezium]`, README "The Debezium form").
+    Debezium,
 }
 
 /// `format` and `key_format`: how a record's value or key is encoded.

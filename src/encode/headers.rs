@@ -14,6 +14,15 @@ use crate::config::Format;
 use crate::event::ChangeEventView;
 use crate::extjson::{self, JsonMode};
 
+/// Debezium's own header names (3.x: the task's context on every record), written first in
+/// the Debezium form (`debezium.rs`).
+pub(crate) const CONTEXT_HEADERS: [&str; 4] = [
+    "__debezium.context.connectorLogicalName",
+    "__debezium.context.taskId",
+    "__debezium.context.connectorName",
+    "__debezium.context.runId",
+];
+
 /// Every header name the bridge writes.
 pub(crate) const HEADER_NAMES: [&str; 12] = [
     "mongo.operation_type",
@@ -61,9 +70,14 @@ pub(crate) fn operation_type(operation_type: &str) -> Cow<'static, str> {
     }
 }
 
-/// The `'static` spelling of a header name the bridge writes, if `name` is one.
+/// The `'static` spelling of a header name the bridge writes, if `name` is one (Debezium's
+/// context headers of the Debezium form included).
 pub(crate) fn header_name(name: &str) -> Option<&'static str> {
-    HEADER_NAMES.iter().copied().find(|n| *n == name)
+    HEADER_NAMES
+        .iter()
+        .chain(&CONTEXT_HEADERS)
+        .copied()
+        .find(|n| *n == name)
 }
 
 /// The `mongo.format` value of a value encoded as `format` (in `json` mode for JSON).

@@ -14,6 +14,7 @@
 
 use bson::{RawDocument, RawDocumentBuf, Timestamp, rawdoc};
 
+use super::debezium::SnapshotMark;
 use super::format::{Failed, key_bytes, value_bytes};
 use super::{Diversion, Record, RecordEncoder, format_header, own_document};
 use crate::config::ValueMode;
@@ -27,18 +28,26 @@ impl RecordEncoder {
     ///
     /// Errors: [`EncodeError::Malformed`] for a document without `_id`, and (`on_ambiguous =
     /// "fail"`) [`EncodeError::Unrepresentable`].
+    /// `mark`: where the document stands in its snapshot (the Debezium form's
+    /// `source.snapshot`).
     pub(crate) fn encode_copy(
         &mut self,
         target: &CopyTarget,
         doc: &RawDocument,
         read_time: Option<Timestamp>,
+        mark: SnapshotMark,
     ) -> Result<(Vec<Record>, Option<Diversion>), EncodeError> {
+        if let Some(format) = self.debezium_format() {
+            let headers = copy_headers(&self.pipeline, target, read_time, format);
+            let ns = (target.db.as_str(), target.coll.as_str());
+            return self.copy_debezium(ns, doc, mark, headers);
+        }
         let key_doc =
             key::document_key(doc, target.shard_key.as_deref()).map_err(EncodeError::Malformed)?;
         let topic = self.topic_of(&target.db, &target.coll);
         let event;
         let (value_doc, prefix): (&RawDocument, &str) = match self.value {
-            ValueMode::ChangeEvent => {
+            ValueMode::ChangeEvent | ValueMode::Debezium => {
                 event = copy_event(target, &key_doc, doc);
                 (&event, "")
             }
@@ -74,7 +83,8 @@ impl RecordEncoder {
     }
 
     /// The `marker` records of `target` (after `copied` documents, for an end), one per
-    /// partition `0..partitions` of the namespace's topic.
+    /// partition `0..partitions` of the namespace's topic; none in the Debezium form (it has
+    /// no such record).
     pub(crate) fn markers(
         &mut self,
         target: &CopyTarget,
@@ -82,6 +92,9 @@ impl RecordEncoder {
         copied: u64,
         partitions: i32,
     ) -> Vec<Record> {
+        if self.debezium.is_some() {
+            return Vec::new();
+        }
         let topic = self.topic_of(&target.db, &target.coll);
         let ns = rawdoc! { "db": target.db.as_str(), "coll": target.coll.as_str() };
         let key = rawdoc! {
@@ -110,6 +123,11 @@ impl RecordEncoder {
                 partition: Some(partition),
             })
             .collect()
+    }
+
+    /// Whether the pipeline's form writes snapshot markers (every form but Debezium's).
+    pub(crate) fn writes_markers(&self) -> bool {
+        self.debezium.is_none()
     }
 
     /// The topic of namespace `db.coll` (a fixed `topic`, or the namespace's).

@@ -2,6 +2,8 @@
 //!
 //! Data topics (README "Record format"):
 //! - a pipeline with `topic` writes everything there;
+//! - in the Debezium form the prefix is the connector's, `<[pipelines.debezium] topic_prefix>.`
+//!   ([`prefix`]): Debezium's `<topic.prefix>.<db>.<coll>`;
 //! - otherwise a change event goes to `<topic_prefix><db>.<coll>` of its `ns`, or
 //!   `<topic_prefix><db>` for a database event (`dropDatabase`);
 //! - an event without `ns` goes to the pipeline's configured namespace: `<topic_prefix><db>.<coll>`
@@ -15,8 +17,19 @@
 //! gap markers skip them ([`written_by`]), and the offsets database in the name keeps two
 //! deployments on one cluster apart.
 
+use std::borrow::Cow;
+
 use crate::config::PipelineConfig;
 use crate::config::names::is_internal;
+
+/// The prefix of `p`'s data topics: `<topic_prefix>.` of `[pipelines.debezium]` in the
+/// Debezium form, else `global` (`[kafka] topic_prefix`).
+pub(crate) fn prefix<'a>(p: &PipelineConfig, global: &'a str) -> Cow<'a, str> {
+    match &p.debezium {
+        Some(d) => Cow::Owned(format!("{}.", d.topic_prefix)),
+        None => Cow::Borrowed(global),
+    }
+}
 
 /// The topic of namespace `db`.`coll` (or database `db`) under `prefix`.
 pub(crate) fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> String {
@@ -27,7 +40,8 @@ pub(crate) fn for_namespace(prefix: &str, db: &str, coll: Option<&str>) -> Strin
 }
 
 /// The topic of events without `ns` when the pipeline has no `topic`: its configured namespace.
-pub(crate) fn fallback(p: &PipelineConfig, prefix: &str) -> String {
+pub(crate) fn fallback(p: &PipelineConfig, global: &str) -> String {
+    let prefix = &prefix(p, global);
     match &p.database {
         Some(db) => for_namespace(prefix, db, p.collection.as_deref()),
         None => format!("{prefix}{}", p.name),
@@ -36,7 +50,8 @@ pub(crate) fn fallback(p: &PipelineConfig, prefix: &str) -> String {
 
 /// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
 /// collection scope).
-pub(crate) fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
+pub(crate) fn known(p: &PipelineConfig, global: &str) -> Option<String> {
+    let prefix = &prefix(p, global);
     match (&p.topic, &p.database, &p.collection) {
         (Some(topic), _, _) => Some(topic.clone()),
         (None, Some(db), Some(coll)) => Some(for_namespace(prefix, db, Some(coll))),
@@ -45,14 +60,15 @@ pub(crate) fn known(p: &PipelineConfig, prefix: &str) -> Option<String> {
 }
 
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
-pub(crate) fn written_by(p: &PipelineConfig, prefix: &str, topic: &str) -> bool {
+pub(crate) fn written_by(p: &PipelineConfig, global: &str, topic: &str) -> bool {
+    let prefix = &prefix(p, global);
     if is_internal(topic) {
         return false;
     }
     if let Some(fixed) = &p.topic {
         return topic == fixed;
     }
-    let Some(rest) = topic.strip_prefix(prefix) else {
+    let Some(rest) = topic.strip_prefix(prefix.as_ref()) else {
         return false;
     };
     match (&p.database, &p.collection) {
@@ -93,6 +109,16 @@ mod tests {
         let fixed = pipeline("database = \"shop\"\ntopic = \"orders-cdc\"\n");
         assert!(written_by(&fixed, "", "orders-cdc"));
         assert!(!written_by(&fixed, "", "shop.orders"));
+        let dbz = pipeline(
+            "database = \"shop\"\ncollection = \"orders\"\nvalue = \"debezium\"\n\
+             [pipelines.debezium]\ntopic_prefix = \"dbserver1\"\n",
+        );
+        assert_eq!(
+            known(&dbz, "cdc.").as_deref(),
+            Some("dbserver1.shop.orders")
+        );
+        assert!(written_by(&dbz, "cdc.", "dbserver1.shop.orders"));
+        assert!(!written_by(&dbz, "cdc.", "cdc.shop.orders"));
     }
 
     #[test]

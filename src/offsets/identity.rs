@@ -12,7 +12,7 @@
 use bson::{Bson, Document, doc};
 use sha2::{Digest, Sha256};
 
-use crate::config::{Format, PipelineConfig};
+use crate::config::{Format, PipelineConfig, ValueMode};
 use crate::extjson::{self, JsonMode};
 
 /// A pipeline's stream identity and the settings stored beside it.
@@ -22,7 +22,8 @@ pub struct StreamIdentity {
     pub fingerprint: String,
     /// `{database, collection, pipeline}`, stored so an operator can read what changed.
     pub stream: Document,
-    /// `json` or `bson`: recorded so a change of it can be warned about (it moves every key).
+    /// `json`, `bson` or `debezium` (the Debezium form's keys): recorded so a change of it can
+    /// be warned about (it moves every key).
     pub key_format: &'static str,
 }
 
@@ -39,9 +40,11 @@ impl StreamIdentity {
         Self {
             fingerprint: fingerprint(&stream),
             stream,
-            key_format: match p.key_format {
-                Format::Json => "json",
-                Format::Bson => "bson",
+            key_format: match (p.value, p.key_format) {
+                // Debezium's keys ({"id":"…"}) are other bytes than the JSON form's.
+                (ValueMode::Debezium, _) => "debezium",
+                (_, Format::Json) => "json",
+                (_, Format::Bson) => "bson",
             },
         }
     }

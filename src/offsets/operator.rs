@@ -18,7 +18,7 @@ use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
 
 /// The offsets collection of a configuration.
 pub(crate) struct OffsetsAdmin {
-    collection: Collection<Document>,
+    pub(super) collection: Collection<Document>,
 }
 
 impl OffsetsAdmin {
@@ -195,7 +195,7 @@ impl OffsetsAdmin {
 }
 
 /// An integer sequence field of `d` (0 when absent or of another type).
-fn sequence(d: &Document, key: &str) -> i64 {
+pub(super) fn sequence(d: &Document, key: &str) -> i64 {
     match d.get(key) {
         Some(bson::Bson::Int64(v)) => *v,
         Some(bson::Bson::Int32(v)) => i64::from(*v),

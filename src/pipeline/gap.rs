@@ -146,7 +146,9 @@ pub(super) fn marker(
 }
 
 /// Publishes the gap marker to every partition of every topic `p` writes; returns how many
-/// markers were delivered. Errors: the first delivery error, or a metadata timeout.
+/// markers were delivered. None in the Debezium form, which has no such record (it refuses
+/// `skip`; its re-sync by snapshot is what Debezium's `when_needed` does, with no marker).
+/// Errors: the first delivery error, or a metadata timeout.
 async fn publish(
     sink: &KafkaSink,
     p: &PipelineConfig,
@@ -156,6 +158,9 @@ async fn publish(
     to: Timestamp,
     reason: &str,
 ) -> Result<usize, BridgeError> {
+    if p.value == crate::config::ValueMode::Debezium {
+        return Ok(0);
+    }
     let delivery_error = |topic: &str, source| BridgeError::Delivery {
         pipeline: p.name.clone(),
         topic: topic.to_owned(),

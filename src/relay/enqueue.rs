@@ -73,6 +73,13 @@ impl Relay {
                 }
                 let mut encoded = encoded;
                 let records = std::mem::take(&mut encoded.records);
+                if records.is_empty() {
+                    // An event this form writes nothing for (the Debezium form's drop, rename,
+                    // invalidate): its position commits once everything before it is delivered.
+                    let position = self.position_of(&encoded);
+                    self.window.push_watermark(Mark::Stream(position));
+                    return Ok(None);
+                }
                 self.before_records(encoded.txn.as_ref(), true, &records)
                     .await?;
                 self.enqueue_new(records, Kind::Event(encoded)).await
@@ -82,10 +89,12 @@ impl Relay {
                 raw,
                 read_time,
                 state,
+                snapshot_last,
                 permit,
             } => {
                 let _permit = permit;
-                self.accept_copy(&target, &raw, read_time, state).await
+                self.accept_copy(&target, &raw, read_time, state, snapshot_last)
+                    .await
             }
             SourceItem::Marker {
                 target,
@@ -229,13 +238,8 @@ impl Relay {
         }
     }
 
-    pub(super) fn push_event(&mut self, p: Pending) {
-        let encoded = match p.kind {
-            Kind::Event(encoded) => encoded,
-            Kind::Snapshot(operation_type, state) => {
-                return self.push_snapshot(p.topic, p.bytes, p.deliveries, operation_type, state);
-            }
-        };
+    /// The position after `encoded`, counted as one more event.
+    fn position_of(&mut self, encoded: &EncodedEvent) -> Position {
         self.event_count += 1;
         if encoded.cluster_time.is_some() {
             self.last_cluster_time = encoded.cluster_time;
@@ -243,13 +247,23 @@ impl Relay {
         if encoded.wall_time_ms.is_some() {
             self.last_wall_time_ms = encoded.wall_time_ms;
         }
-        let position = Position {
-            token: encoded.token,
+        Position {
+            token: encoded.token.clone(),
             cluster_time: self.last_cluster_time,
             position_time: self.monotonic(encoded.cluster_time.unwrap_or_else(timestamp_now)),
             wall_time_ms: self.last_wall_time_ms,
             event_count: self.event_count,
+        }
+    }
+
+    pub(super) fn push_event(&mut self, p: Pending) {
+        let encoded = match p.kind {
+            Kind::Event(encoded) => encoded,
+            Kind::Snapshot(operation_type, state) => {
+                return self.push_snapshot(p.topic, p.bytes, p.deliveries, operation_type, state);
+            }
         };
+        let position = self.position_of(&encoded);
         let deliveries = EventDeliveries {
             context: Arc::clone(&self.context),
             topic_metrics: self.topic_metrics(&p.topic),

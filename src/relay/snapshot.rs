@@ -15,6 +15,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::enqueue::{Kind, Pending};
 use super::{Mark, Relay};
+use crate::encode::debezium::SnapshotMark;
 use crate::error::BridgeError;
 use crate::kafka::delivery::{Delivery, EventDeliveries};
 use crate::snapshot::{CopyTarget, Marker, SharedState};
@@ -32,14 +33,20 @@ impl Relay {
         raw: &RawDocument,
         read_time: Option<Timestamp>,
         state: Option<SharedState>,
+        snapshot_last: bool,
     ) -> Result<Option<Pending>, BridgeError> {
-        let (records, diverted) =
-            self.encoder
-                .encode_copy(target, raw, read_time)
-                .map_err(|source| BridgeError::Encode {
-                    pipeline: self.pipeline.to_string(),
-                    source,
-                })?;
+        let mark = if snapshot_last {
+            SnapshotMark::Last
+        } else {
+            SnapshotMark::Within
+        };
+        let (records, diverted) = self
+            .encoder
+            .encode_copy(target, raw, read_time, mark)
+            .map_err(|source| BridgeError::Encode {
+                pipeline: self.pipeline.to_string(),
+                source,
+            })?;
         if let Some(diverted) = &diverted {
             self.diverted(diverted);
         }
@@ -59,6 +66,11 @@ impl Relay {
         copied: u64,
         state: SharedState,
     ) -> Result<Option<Pending>, BridgeError> {
+        if !self.encoder.writes_markers() {
+            // The Debezium form has no marker records: the state commits in order all the same.
+            self.window.push_watermark(Mark::Snapshot(state));
+            return Ok(None);
+        }
         let topic = self.encoder.topic_of(&target.db, &target.coll);
         if let Some(creator) = &mut self.topics {
             creator.ensure(&topic).await?;

@@ -18,6 +18,7 @@ use tracing::info;
 
 use mongodb::Client;
 
+use super::debezium::Held;
 use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 use crate::error::BridgeError;
@@ -56,6 +57,8 @@ pub(super) enum Out {
         raw: RawDocumentBuf,
         read_time: Option<Timestamp>,
         last: bool,
+        /// The snapshot's last document (the Debezium form, `source/debezium.rs`).
+        snapshot_last: bool,
     },
     Start(usize),
     End(usize),
@@ -78,13 +81,8 @@ pub(super) struct Copy<'a> {
     pub(super) pending: std::collections::VecDeque<usize>,
     /// The copy requests in flight.
     pub(super) copies: FuturesUnordered<BoxFuture<'static, CopyRead>>,
-}
-
-/// The configured `snapshot_filter` as canonical Extended JSON; `None` without one.
-fn canonical_filter(p: &PipelineConfig) -> Option<String> {
-    p.snapshot_filter.as_ref()?;
-    let raw = RawDocumentBuf::from_document(&p.snapshot_filter()).ok()?;
-    crate::extjson::to_string(&raw, crate::extjson::JsonMode::Canonical).ok()
+    /// The batches held back until their namespace's next reply (the Debezium form).
+    pub(super) held: Held<Out>,
 }
 
 impl<'a> Copy<'a> {
@@ -93,7 +91,7 @@ impl<'a> Copy<'a> {
     /// `snapshot_start` of every namespace not started yet.
     pub(super) async fn prepare(copier: &'a Copier, job: Job) -> Result<Self, BridgeError> {
         let p = &copier.pipeline;
-        let filter = canonical_filter(p);
+        let filter = crate::snapshot::canonical_filter(p);
         let mut seq = Sequencer::default();
         let state = match job {
             Job::Resume(state) => {
@@ -163,6 +161,7 @@ impl<'a> Copy<'a> {
         }
         Ok(Self {
             copier,
+            held: Held::new(p, state.namespaces.len()),
             started: vec![None; state.namespaces.len()],
             state,
             targets,
@@ -221,6 +220,7 @@ impl<'a> Copy<'a> {
         self.metrics
             .push(self.copier.metrics.snapshot(&n.namespace()));
         self.started.push(None);
+        self.held.add();
         self.state.namespaces.push(n);
         let index = self.state.namespaces.len() - 1;
         self.seq.push(Out::Start(index));
@@ -289,14 +289,22 @@ impl<'a> Copy<'a> {
                         raw,
                         read_time: batch.read_time,
                         last: i + 1 == count,
+                        snapshot_last: false,
                     })
                     .collect();
-                self.seq.fill(slot, items);
+                self.held.batch(&mut self.seq, ns, slot, items);
                 self.request(ns, cursor);
                 Ok(())
             }
             Ok(Read::Exhausted) => {
-                self.seq.fill(slot, vec![Out::End(ns)]);
+                let others_left = !self.pending.is_empty() || !self.copies.is_empty();
+                let last = |item: &mut Out| {
+                    if let Out::Doc { snapshot_last, .. } = item {
+                        *snapshot_last = !others_left;
+                    }
+                };
+                self.held
+                    .exhausted(&mut self.seq, (ns, slot), last, Out::End(ns));
                 Ok(())
             }
             Err(source) => Err(BridgeError::Copy {
@@ -317,6 +325,7 @@ impl<'a> Copy<'a> {
                 raw,
                 read_time,
                 last,
+                snapshot_last,
             } => {
                 let n = &mut self.state.namespaces[ns];
                 n.copied += 1;
@@ -340,6 +349,7 @@ impl<'a> Copy<'a> {
                     raw,
                     read_time,
                     state,
+                    snapshot_last,
                     permit: None,
                 }
             }

@@ -8,6 +8,7 @@
 
 mod cases;
 mod check;
+mod debezium;
 mod deploy;
 mod exactly_once;
 mod faults_ops;

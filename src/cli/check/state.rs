@@ -255,7 +255,7 @@ pub(super) async fn largest_documents(
     };
     let copies = match p.value {
         ValueMode::Document => 1,
-        ValueMode::ChangeEvent => {
+        ValueMode::ChangeEvent | ValueMode::Debezium => {
             let post = u64::from(p.full_document != FullDocument::Default);
             let pre = u64::from(p.full_document_before_change != FullDocumentBeforeChange::Off);
             // An update's updateDescription can be as large as the document itself.
@@ -290,7 +290,7 @@ pub(super) async fn largest_documents(
         let topic = p
             .topic
             .clone()
-            .unwrap_or_else(|| topics::for_namespace(prefix, db, Some(&coll)));
+            .unwrap_or_else(|| topics::for_namespace(&topics::prefix(p, prefix), db, Some(&coll)));
         out.push(Largest {
             pipeline: p.name.clone(),
             namespace: format!("{db}.{coll}"),

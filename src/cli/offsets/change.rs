@@ -19,7 +19,7 @@ impl Command<'_> {
     /// document is readable (a `--delete` may remove an unreadable one) and no live instance
     /// holds the pipeline, unless `force`. The document and its parsed form, or `None` when
     /// refused (the reason printed).
-    async fn before_change(
+    pub(super) async fn before_change(
         &self,
         name: &str,
         force: bool,
@@ -65,7 +65,7 @@ impl Command<'_> {
     }
 
     /// Prints the document after a change that `done` (else that it changed meanwhile).
-    async fn after_change(
+    pub(super) async fn after_change(
         &self,
         name: &str,
         done: bool,
@@ -95,7 +95,7 @@ impl Command<'_> {
     }
 
     /// The owner string an operator's write records.
-    fn operator(what: &str) -> String {
+    pub(super) fn operator(what: &str) -> String {
         format!(
             "{what} ({}:{})",
             crate::offsets::hostname(),
