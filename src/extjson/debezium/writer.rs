@@ -136,43 +136,8 @@ pub(super) fn write_value(
         }
         RawBsonRef::ObjectId(oid) => write_object_id(out, &oid.bytes()),
         RawBsonRef::DateTime(dt) => write_date(out, dt.timestamp_millis(), strict),
-        RawBsonRef::Binary(bin) => {
-            let subtype = u8::from(bin.subtype);
-            if strict {
-                out.push_str("{\"$binary\": \"");
-                write_base64(out, bin.bytes);
-                out.push('"');
-                out.push_str(comma);
-                out.push_str("\"$type\": \"");
-            } else {
-                out.push_str("{\"$binary\": {\"base64\": \"");
-                write_base64(out, bin.bytes);
-                out.push('"');
-                out.push_str(comma);
-                out.push_str("\"subType\": \"");
-            }
-            out.push_str(&format!("{subtype:02X}"));
-            out.push_str(if strict { "\"}" } else { "\"}}" });
-        }
-        RawBsonRef::RegularExpression(re) => {
-            // The driver's BsonRegularExpression sorts the options by UTF-16 unit.
-            let mut options: Vec<u16> = re.options.encode_utf16().collect();
-            options.sort_unstable();
-            out.push_str(if strict {
-                "{\"$regex\": "
-            } else {
-                "{\"$regularExpression\": {\"pattern\": "
-            });
-            write_java_string(out, re.pattern);
-            out.push_str(comma);
-            out.push_str(if strict {
-                "\"$options\": "
-            } else {
-                "\"options\": "
-            });
-            write_java_units(out, &options);
-            out.push_str(if strict { "}" } else { "}}" });
-        }
+        RawBsonRef::Binary(bin) => write_binary(out, bin.bytes, u8::from(bin.subtype), style),
+        RawBsonRef::RegularExpression(re) => write_regex(out, re.pattern, re.options, style),
         RawBsonRef::Timestamp(ts) => {
             out.push_str("{\"$timestamp\": {\"t\": ");
             out.push_str(&ts.time.to_string());
@@ -205,6 +170,48 @@ pub(super) fn write_value(
         RawBsonRef::MaxKey => out.push_str("{\"$maxKey\": 1}"),
     }
     Ok(())
+}
+
+/// `{"$binary": "…", "$type": "…"}` (strict) or `{"$binary": {"base64": "…", "subType": "…"}}`.
+fn write_binary(out: &mut String, bytes: &[u8], subtype: u8, style: Style) {
+    let strict = style.mode == Mode::Strict;
+    out.push_str(if strict {
+        "{\"$binary\": \""
+    } else {
+        "{\"$binary\": {\"base64\": \""
+    });
+    write_base64(out, bytes);
+    out.push('"');
+    out.push_str(style.comma);
+    out.push_str(if strict {
+        "\"$type\": \""
+    } else {
+        "\"subType\": \""
+    });
+    out.push_str(&format!("{subtype:02X}"));
+    out.push_str(if strict { "\"}" } else { "\"}}" });
+}
+
+/// `{"$regex": …, "$options": …}` (strict) or `{"$regularExpression": {"pattern": …,
+/// "options": …}}`; the driver's BsonRegularExpression sorts the options by UTF-16 unit.
+fn write_regex(out: &mut String, pattern: &str, options: &str, style: Style) {
+    let strict = style.mode == Mode::Strict;
+    let mut options: Vec<u16> = options.encode_utf16().collect();
+    options.sort_unstable();
+    out.push_str(if strict {
+        "{\"$regex\": "
+    } else {
+        "{\"$regularExpression\": {\"pattern\": "
+    });
+    write_java_string(out, pattern);
+    out.push_str(style.comma);
+    out.push_str(if strict {
+        "\"$options\": "
+    } else {
+        "\"options\": "
+    });
+    write_java_units(out, &options);
+    out.push_str(if strict { "}" } else { "}}" });
 }
 
 fn write_date(out: &mut String, millis: i64, strict: bool) {
