@@ -159,7 +159,7 @@ def report(results, meta, with_targets=True):
 def peers_report(results, out, targets):
     """The peers' catch-up (cold and warm) and the ratios bridge ÷ peer within each run:
     events/s, CPU µs per event and peak RSS; live p50/p99 side by side."""
-    cu = [r for r in results["catchup"] if r["system"] in PEERS + ["bridge"]]
+    cu = [r for r in results["catchup"] if r["system"] in PEERS + ["bridge", "bridge-debezium"]]
     peers = [p for p in PEERS if any(r["system"] == p for r in cu)]
     live = [r for r in results["live"] if r["system"] in PEERS + ["bridge"]]
     if not peers and not any(r["system"] in PEERS for r in live):
@@ -208,6 +208,12 @@ def peers_report(results, out, targets):
                 out(f"| {size} | bridge ÷ {p} | {fmt_mmm(rate, 2)} | "
                     f"{fmt_mmm(bridge_over(by, runs, p, 'rate', 'cold_rate'), 2)} | {fmt_mmm(cpu, 3)} | "
                     f"{fmt_mmm(bridge_over(by, runs, p, 'peak_rss_mib'), 3)} |")
+                form = [bridge_over(by, runs, p, k, bridge="bridge-debezium")
+                        for k in ("rate", "cpu_us_per_event", "peak_rss_mib")]
+                if p == "debezium" and form[0]:
+                    cold = bridge_over(by, runs, p, "rate", "cold_rate", bridge="bridge-debezium")
+                    out(f"| {size} | bridge (debezium form) ÷ debezium | {fmt_mmm(form[0], 2)} | "
+                        f"{fmt_mmm(cold, 2)} | {fmt_mmm(form[1], 3)} | {fmt_mmm(form[2], 3)} |")
                 if p == "debezium" and size == "1KB":
                     per_cpu = 1 / mmm(cpu)[1]
                     targets.append(("bridge ≥ 5 × Debezium's events per CPU-second (catch-up "
@@ -230,8 +236,8 @@ def peers_report(results, out, targets):
         out("")
 
 
-def bridge_over(by, runs, peer, key, peer_key=None):
-    """[bridge's `key` ÷ the peer's `peer_key` (default `key`)] within each run."""
+def bridge_over(by, runs, peer, key, peer_key=None, bridge="bridge"):
+    """[`bridge`'s `key` ÷ the peer's `peer_key` (default `key`)] within each run."""
     peer_key = peer_key or key
-    return [by[("bridge", k)][key] / by[(peer, k)][peer_key] for k in runs
-            if ("bridge", k) in by and (peer, k) in by and by[(peer, k)].get(peer_key)]
+    return [by[(bridge, k)][key] / by[(peer, k)][peer_key] for k in runs
+            if (bridge, k) in by and (peer, k) in by and by[(peer, k)].get(peer_key)]

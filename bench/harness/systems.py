@@ -12,7 +12,9 @@ Systems of the catch-up block:
   limit-headers    the same with headers shaped like the bridge's
   limit-fair       THE FAIR LIMIT: the bridge's own records, encoded by its encoder before the
                    timed run (bench limit --mode fair); limit-fair-bson: format "bson"
-  bridge           mongo-kafka-bridge run; bridge-bson: format = key_format = "bson"
+  bridge           mongo-kafka-bridge run; bridge-bson: format = key_format = "bson";
+                   bridge-debezium: value = "debezium" (Debezium's records, capture mode
+                   change_streams like the debezium peer: full_document = "default")
   node, python     the baselines in bench/baselines (written the way a competent user would)
   debezium         Debezium's MongoDB connector 3.6 under Kafka Connect (peers.py)
   mongo-kafka      the official MongoDB Kafka source connector under Kafka Connect (peers.py)
@@ -36,13 +38,17 @@ PEERS = ["debezium", "mongo-kafka"]
 # The peers' catch-up sizes (their drain is ~1 000-2 000 events/s: 250 KB is left out).
 PEER_SIZES = ["1KB", "20KB"]
 CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "limit-fair",
-                   "limit-fair-bson", "bridge", "bridge-bson", "node", "python", *PEERS]
+                   "limit-fair-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
+                   *PEERS]
 LIVE_SYSTEMS = ["bridge", "node", "python", *PEERS]
-BRIDGES = {"bridge": "json", "bridge-bson": "bson"}
+BRIDGES = {"bridge": "json", "bridge-bson": "bson", "bridge-debezium": "json"}
+# The Debezium form, as the debezium peer is run (no update lookup); its topic is the system's.
+DEBEZIUM_FORM = ('value = "debezium"\nfull_document = "default"\n'
+                 '[pipelines.debezium]\ntopic_prefix = "bench"\n')
 # Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
 OPTIONAL_SYSTEMS = ["limit-split"]
 PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "limit-fair",
-             "limit-fair-bson", "bridge", "bridge-bson", "node", "python"}
+             "limit-fair-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python"}
 
 
 class Harness:
@@ -111,7 +117,7 @@ history_interval_ms = {self.args.history_interval_ms}
         logf = open(self.work / f"{system}-{coll}.log", "a")
         if system in BRIDGES or system == "bridge-copy":
             port = free_port()
-            extra = ""
+            extra = DEBEZIUM_FORM if system == "bridge-debezium" else ""
             if system == "bridge-copy":
                 # The defaults (change_event values, JSON) plus the initial snapshot, and the
                 # full_document the bridge requires with it. The pipeline name is new: no offsets
