@@ -16,7 +16,6 @@ use mongodb::options::WriteConcern;
 
 use super::operator::{OffsetsAdmin, sequence};
 use super::{SCHEMA_VERSION, fields};
-use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
 
 /// A position to import.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,23 +66,8 @@ impl OffsetsAdmin {
                 unset.insert(fields::POSITION_TIME, "");
             }
         }
-        let majority = WriteConcern::majority();
         let Some(before) = before else {
-            let mut new = set;
-            new.insert(fields::ID, name);
-            new.insert(fields::EPOCH, 1_i64);
-            new.insert(fields::EVENTS_COMMITTED, 0_i64);
-            new.insert(fields::RESET_SEQUENCE, 1_i64);
-            return match self
-                .collection
-                .insert_one(new)
-                .write_concern(majority)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(false),
-                Err(e) => Err(e),
-            };
+            return self.insert_first(name, set).await;
         };
         set.insert(fields::EPOCH, epoch.unwrap_or(0) + 1);
         set.insert(
@@ -100,7 +84,7 @@ impl OffsetsAdmin {
         let result = self
             .collection
             .update_one(filter, update)
-            .write_concern(majority)
+            .write_concern(WriteConcern::majority())
             .await?;
         Ok(result.matched_count == 1)
     }

@@ -133,24 +133,9 @@ impl OffsetsAdmin {
         set.insert(fields::OWNER, owner);
         unset.insert(fields::FINGERPRINT, "");
         unset.insert(fields::STREAM, "");
-        let majority = WriteConcern::majority();
         let Some(epoch) = epoch else {
-            let mut new = set;
-            new.insert(fields::ID, name);
-            new.insert(fields::EPOCH, 1_i64);
-            new.insert(fields::EVENTS_COMMITTED, 0_i64);
-            new.insert(fields::RESET_SEQUENCE, 1_i64);
-            new.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
-            return match self
-                .collection
-                .insert_one(new)
-                .write_concern(majority)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(false),
-                Err(e) => Err(e),
-            };
+            set.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
+            return self.insert_first(name, set).await;
         };
         let update = doc! {
             "$set": set,
@@ -160,7 +145,7 @@ impl OffsetsAdmin {
         let result = self
             .collection
             .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
-            .write_concern(majority)
+            .write_concern(WriteConcern::majority())
             .await?;
         Ok(result.matched_count == 1)
     }
@@ -200,5 +185,31 @@ pub(super) fn sequence(d: &Document, key: &str) -> i64 {
         Some(bson::Bson::Int64(v)) => *v,
         Some(bson::Bson::Int32(v)) => i64::from(*v),
         _ => 0,
+    }
+}
+
+impl OffsetsAdmin {
+    /// Creates pipeline `name`'s document from `fields_set` (what an operator write sets) with
+    /// epoch 1, no event committed and `resetSequence` 1, with write concern `majority`.
+    /// Whether it was created (`false`: a document of that name appeared in between).
+    pub(super) async fn insert_first(
+        &self,
+        name: &str,
+        mut fields_set: Document,
+    ) -> Result<bool, MongoError> {
+        fields_set.insert(fields::ID, name);
+        fields_set.insert(fields::EPOCH, 1_i64);
+        fields_set.insert(fields::EVENTS_COMMITTED, 0_i64);
+        fields_set.insert(fields::RESET_SEQUENCE, 1_i64);
+        match self
+            .collection
+            .insert_one(fields_set)
+            .write_concern(WriteConcern::majority())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }

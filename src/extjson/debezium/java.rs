@@ -65,12 +65,22 @@ fn push_unit_escape(out: &mut String, unit: u16, hex: &[u8; 16]) {
 
 /// Appends `s` as the Java writer quotes a string: `"…"` with its escapes.
 pub(super) fn write_java_string(out: &mut String, s: &str) {
+    write_quoted(
+        out,
+        s,
+        |c| u16::try_from(u32::from(c)).is_ok_and(java_raw),
+        HEX_LOWER,
+    );
+}
+
+/// Appends `s` quoted: characters `raw` accepts are copied (in runs), every other one is
+/// escaped UTF-16 unit by unit, with its short escape when it has one, else `\uXXXX` in `hex`.
+fn write_quoted(out: &mut String, s: &str, raw: impl Fn(char) -> bool, hex: &[u8; 16]) {
     out.reserve(s.len() + 2);
     out.push('"');
     let mut run_start = 0;
     for (at, c) in s.char_indices() {
-        // Raw characters are copied in runs; a character that needs an escape ends the run.
-        if u16::try_from(u32::from(c)).is_ok_and(java_raw) {
+        if raw(c) {
             continue;
         }
         out.push_str(&s[run_start..at]);
@@ -79,7 +89,7 @@ pub(super) fn write_java_string(out: &mut String, s: &str) {
         for &unit in c.encode_utf16(&mut units).iter() {
             match short_escape(unit) {
                 Some(escape) => out.push_str(escape),
-                None => push_unit_escape(out, unit, HEX_LOWER),
+                None => push_unit_escape(out, unit, hex),
             }
         }
     }
@@ -112,26 +122,11 @@ pub(super) fn write_java_units(out: &mut String, units: &[u16]) {
 /// assert_eq!(out, "\"q\\\"\\\\\\t\\u0001\u{7f}é\\uD83D\\uDE00\"");
 /// ```
 pub fn write_jackson_string(out: &mut String, s: &str) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut run_start = 0;
-    for (at, c) in s.char_indices() {
+    let raw = |c: char| {
         let code = u32::from(c);
-        if code >= 0x20 && code != 0x22 && code != 0x5C && code <= 0xFFFF {
-            continue;
-        }
-        out.push_str(&s[run_start..at]);
-        run_start = at + c.len_utf8();
-        let mut units = [0u16; 2];
-        for &unit in c.encode_utf16(&mut units).iter() {
-            match short_escape(unit) {
-                Some(escape) => out.push_str(escape),
-                None => push_unit_escape(out, unit, HEX_UPPER),
-            }
-        }
-    }
-    out.push_str(&s[run_start..]);
-    out.push('"');
+        code >= 0x20 && code != 0x22 && code != 0x5C && code <= 0xFFFF
+    };
+    write_quoted(out, s, raw, HEX_UPPER);
 }
 
 /// JDK 17's `Double.toString(v)`: `7.0`, `-0.0`, `0.001`, `9.99E-4`, `1.0E20`,
