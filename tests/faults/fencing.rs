@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use bson::{Document, Timestamp};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::load::{Truth, start_load};
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -25,17 +26,11 @@ fn ts(t: Option<Timestamp>) -> (u32, u32) {
 }
 
 pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("fence"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "fence");
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "fence.toml");
-    let mut a = BridgeProc::spawn(&path, ctx.dir.join("fence-a.log"));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let stage = Stage::up(ctx, "fence", "fence", 20, |_| {}).await;
+    let (_, cfg, client, coll) = stage.parts();
+    let consumer = stage.consumer();
+    let mut a = stage.spawn("fence-a.log");
+    cfg.wait_started(client, Duration::from_secs(60)).await;
     // Poll the offsets document all along.
     let stop = Arc::new(AtomicBool::new(false));
     let poller = {
@@ -64,7 +59,7 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
     };
     let load = start_load(coll.clone(), 250, 20, 0);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut b = BridgeProc::spawn(&path, ctx.dir.join("fence-b.log"));
+    let mut b = stage.spawn("fence-b.log");
     let b_started = Instant::now();
     // A is fenced when it exits or logs the fenced error (an instance may stand by after
     // being fenced instead of exiting).
@@ -78,7 +73,7 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
     let fenced_after = b_started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let (v, _) = consumer
         .wait_complete(&truth, Duration::from_secs(120))
         .await;
@@ -190,8 +185,10 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
         seen.len()
     );
     let mut row = Row::new("two instances, one pipeline (fencing)").with_verdict(&v);
-    row.runs = format!("2 instances, {} offsets samples", seen.len());
-    row.recovery_s = Some(fenced_after);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(
+        format!("2 instances, {} offsets samples", seen.len()),
+        Some(fenced_after),
+        stage.started,
+    );
     vec![row]
 }

@@ -9,9 +9,14 @@ use bson::Document;
 use mongo_kafka_bridge::{Bridge, Config};
 use rdkafka::mocking::MockCluster;
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, rss_kib};
+use crate::common::config::{COLL, Cfg};
+use crate::common::load::{Truth, prepare_update_keys, start_load};
+use crate::common::observe::{fetch, metric_sum};
+use crate::common::records::Consumer;
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 /// One observation of the bridge: RSS and `/readyz`.
 #[derive(Debug, Clone, Copy)]
@@ -21,14 +26,6 @@ pub struct Sample {
     pub ready: Option<u16>,
     /// `mongo_kafka_bridge_in_flight_events` and `…_in_flight_bytes` (summed over pipelines).
     pub in_flight: Option<(u64, u64)>,
-}
-
-fn gauge_sum(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// Samples RSS of `pid` (when given) and `/readyz` every 200 ms in a thread.
@@ -47,11 +44,11 @@ impl Sampler {
                 out.push(Sample {
                     at: Instant::now(),
                     rss_kib: pid.and_then(rss_kib),
-                    ready: http_get(&addr, "/readyz").map(|(c, _)| c),
-                    in_flight: http_get(&addr, "/metrics").map(|(_, m)| {
+                    ready: fetch(&addr, "/readyz").map(|(c, _)| c),
+                    in_flight: fetch(&addr, "/metrics").map(|(_, m)| {
                         (
-                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_events"),
-                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_bytes"),
+                            metric_sum(&m, "mongo_kafka_bridge_in_flight_events", &[]) as u64,
+                            metric_sum(&m, "mongo_kafka_bridge_in_flight_bytes", &[]) as u64,
                         )
                     }),
                 });
@@ -112,24 +109,30 @@ fn outage_bridge_section() -> String {
     )
 }
 
-pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let freeze = Duration::from_secs(if ctx.long { 45 } else { 10 });
-    let rate = 400;
-    let inst = Instance::up(&ctx.script, &ctx.instance("kafka"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "frozen");
-    cfg.bridge = outage_bridge_section();
-    cfg.properties = "\"message.timeout.ms\" = 120000".to_owned();
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "kafka.toml");
-    let mut proc = BridgeProc::spawn(&path, ctx.dir.join("kafka.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+/// An outage scenario's start: its stage (`edit` adds its lines), a consumer of its topic, the
+/// bridge started, and a [`Sampler`] of it.
+async fn watched(
+    ctx: &Ctx,
+    scenario: &str,
+    db: &str,
+    edit: impl FnOnce(&mut Cfg),
+) -> (Stage, Consumer, BridgeProc, String, Sampler) {
+    let stage = Stage::up(ctx, scenario, db, 20, edit).await;
+    let consumer = stage.consumer();
+    let (proc, addr) = stage.start(&format!("{scenario}.log")).await;
     let sampler = Sampler::start(Some(proc.pid()), addr.clone());
+    (stage, consumer, proc, addr, sampler)
+}
+
+pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
+    let freeze = Duration::from_secs(if ctx.long { 45 } else { 10 });
+    let (stage, consumer, mut proc, addr, sampler) = watched(ctx, "kafka", "frozen", |cfg| {
+        cfg.bridge = outage_bridge_section();
+        cfg.properties = "\"message.timeout.ms\" = 120000".to_owned();
+    })
+    .await;
+    let (inst, _, _, coll) = stage.parts();
+    let rate = 400;
     let load = start_load(coll.clone(), rate, 20, 0);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let frozen_at = Instant::now();
@@ -141,18 +144,18 @@ pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
     inst.thaw_kafka();
     let thawed_at = Instant::now();
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let (v, done) = consumer
         .wait_complete(&truth, Duration::from_secs(180))
         .await;
     let recovery = done.duration_since(thawed_at).as_secs_f64();
     // Ready again once everything is delivered.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while http_get(&addr, "/readyz").map(|(c, _)| c) != Some(200) && Instant::now() < deadline {
+    while fetch(&addr, "/readyz").map(|(c, _)| c) != Some(200) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let samples = sampler.finish();
-    let ready_after = http_get(&addr, "/readyz");
+    let ready_after = fetch(&addr, "/readyz");
     let status = proc.stop(Duration::from_secs(30));
     let restarts = proc.restarts();
     v.assert_sound("Kafka frozen");
@@ -230,7 +233,7 @@ pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
     row.runs = "1 outage".to_owned();
     row.peak_rss_mib = Some(mib(peak));
     row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }
 
@@ -240,7 +243,7 @@ pub async fn mock_broker_down(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let down = Duration::from_secs(if ctx.long { 30 } else { 8 });
     let rate = 300;
-    let inst = Instance::up(&ctx.script, &ctx.instance("mock"), true);
+    let inst = ctx.up("mock", &["--only", "mongo"]);
     let mock = MockCluster::new(1).expect("mock cluster");
     let bootstrap = mock.bootstrap_servers();
     let mut cfg = Cfg::new(&inst.mongo_uri, &bootstrap, "mock");
@@ -295,29 +298,18 @@ pub async fn mock_broker_down(ctx: &Ctx) -> Vec<Row> {
     row.check(not_ready > 0, || {
         "/readyz stayed 200 while the mock broker was down".to_owned()
     });
-    row.runs = "1 outage".to_owned();
-    row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish("1 outage".to_owned(), Some(recovery), started);
     vec![row]
 }
 
 pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
     let cycles = if ctx.long { 5 } else { 1 };
+    let (stage, consumer, mut proc, _, sampler) = watched(ctx, "mongo", "restart", |cfg| {
+        cfg.bridge = "ready_max_delivery_age_ms = 2000".to_owned();
+    })
+    .await;
     let rate = 250;
-    let inst = Instance::up(&ctx.script, &ctx.instance("mongo"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "restart");
-    cfg.bridge = "ready_max_delivery_age_ms = 2000".to_owned();
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "mongo.toml");
-    let mut proc = BridgeProc::spawn(&path, ctx.dir.join("mongo.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    let sampler = Sampler::start(Some(proc.pid()), addr.clone());
+    let (inst, _, _, coll) = stage.parts();
     let load = start_load(coll.clone(), rate, 20, 0);
     let mut outages = Vec::new();
     for _ in 0..cycles {
@@ -339,7 +331,7 @@ pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let (v, done) = consumer
         .wait_complete(&truth, Duration::from_secs(180))
         .await;
@@ -388,6 +380,6 @@ pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
     row.runs = format!("{cycles} restart{}", if cycles > 1 { "s" } else { "" });
     row.peak_rss_mib = Some(mib(peak));
     row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }

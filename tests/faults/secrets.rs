@@ -5,9 +5,11 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, binary};
+use crate::common::config::Cfg;
+use crate::common::observe::fetch;
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const MONGO_PASSWORD: &str = "S3cretPw";
 const KAFKA_PASSWORD: &str = "K4fkaS3cretPw";
@@ -43,24 +45,10 @@ fn run_for(
     secs: u64,
 ) -> (String, String) {
     let log = ctx.dir.join(format!("secrets-{tag}.log"));
-    let file = std::fs::File::create(&log).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
-    cmd.args(["--log-format", if text_logs { "text" } else { "json" }])
-        .args(["run", "--no-status", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().unwrap();
-    let mut proc = BridgeProc {
-        child,
-        log,
-        exit: None,
-    };
+    let format = if text_logs { "text" } else { "json" };
+    let args = ["--log-format", format, "run", "--no-status"];
+    let env = [&[("RUST_LOG", "debug")], env].concat();
+    let mut proc = BridgeProc::spawn_args(&args, config, log, &env);
     let mut http = String::new();
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut addr = None;
@@ -83,7 +71,7 @@ fn run_for(
     }
     if let Some(addr) = &addr {
         for path in ["/metrics", "/readyz", "/healthz"] {
-            if let Some((code, body)) = http_get(addr, path) {
+            if let Some((code, body)) = fetch(addr, path) {
                 http.push_str(&format!("GET {path} → {code}\n{body}\n"));
             }
         }
@@ -116,7 +104,7 @@ fn run_for(
 
 fn command(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let started = Instant::now();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
+    let mut cmd = Command::new(binary());
     cmd.args(args)
         .arg("--config")
         .arg(config)
@@ -151,7 +139,7 @@ type Case<'a> = (&'a str, String, String, &'a [(&'a str, &'a str)]);
 
 pub fn secrets(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("secrets"), false);
+    let inst = ctx.up("secrets", &[]);
     let with_password = inst.mongo_uri.replacen(
         "mongodb://",
         &format!("mongodb://mkbuser:{MONGO_PASSWORD}@"),

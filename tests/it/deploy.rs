@@ -12,7 +12,8 @@ use mongo_kafka_bridge::config::names as topics;
 use mongo_kafka_bridge::observe::metrics::ALL;
 use serde_norway::Value;
 
-use crate::opsutil::{prometheus_tools, root};
+use crate::common::observe::prometheus_tools;
+use crate::common::root;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))

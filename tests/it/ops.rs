@@ -1,29 +1,20 @@
 //! Operations against the live servers: the `offsets` CLI (list, show, reset with lease
 //! refusal and fencing, delete), the `check` preflight, the history headroom series.
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use bson::doc;
 
-use crate::opsutil::{eventually, get};
-use crate::support::{
-    config_file, config_toml, mongo, offsets_doc, start_bridge, unique, wait_offsets, with_history,
-};
+use crate::common::bridge::{bridge_cli, start_bridge};
+use crate::common::config::{config_file, config_toml, with_history};
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::observe::get;
+use crate::common::{eventually, unique};
 
+/// `bridge_cli`'s exit code with stdout and stderr as one text.
 fn cli(args: &[&str], config: &std::path::Path) -> (Option<i32>, String) {
-    let out: Output = Command::new(crate::support::binary())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
+    let (code, stdout, stderr) = bridge_cli(args, config);
+    (code, format!("{stdout}{stderr}"))
 }
 
 /// Waits until the pipeline `orders` committed its initial position (its stream is open).

@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use bson::doc;
 
-use crate::opsutil::{eventually, get, prometheus_tools, root, try_get};
-use crate::support::{config_toml, mongo, start_bridge, unique, wait_offsets, with_history};
+use crate::common::bridge::start_bridge;
+use crate::common::config::{config_toml, with_history};
+use crate::common::mongo::{mongo, wait_offsets};
+use crate::common::observe::{get, prometheus_tools, try_get};
+use crate::common::{eventually, root, unique};
 
 /// Stops the Prometheus child (by its pid) when the test ends, also on a panic.
 struct Server(Child);

@@ -6,7 +6,13 @@ use std::time::{Duration, Instant};
 
 use bson::{DateTime, Document, doc};
 
-use crate::support::*;
+use crate::common::bridge::{Killed, spawn_binary};
+use crate::common::collect::{collect_from, per_id};
+use crate::common::config::{config_file, config_toml};
+use crate::common::kafka::create_topic;
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(60);
 const QUIET: Duration = Duration::from_secs(2);

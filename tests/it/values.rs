@@ -12,7 +12,13 @@ use bson::{Document, RawDocumentBuf, doc};
 use futures::StreamExt;
 use mongo_kafka_bridge::BridgeError;
 
-use crate::support::*;
+use crate::common::bridge::{bridge_cli, start_bridge};
+use crate::common::collect::{collect, collect_from, collect_raw};
+use crate::common::config::{config_file, config_toml};
+use crate::common::kafka::create_topic;
+use crate::common::mongo::{mongo, wait_offsets};
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use bson::{Document, doc};
 use mongodb::Collection;
 
-use super::{Isolation, read};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, binary};
+use crate::common::kafka::Isolation;
+use crate::common::records::{EventId, read};
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const BATCH: i64 = 100;
 /// Batch names and their first `_id` (batch k: `1000·k ..`).
@@ -79,7 +80,7 @@ fn check_batches(row: &mut Row, when: &str, seen: &BTreeMap<usize, (usize, usize
 }
 
 fn offsets_command(config: &Path, args: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"))
+    let out = std::process::Command::new(binary())
         .args(["offsets", "reset"])
         .args(args)
         .arg("--config")
@@ -126,15 +127,11 @@ fn sequence(doc: &Document, field: &str) -> i64 {
 }
 
 pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("eosreset"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eosreset");
+    // (no update documents: the batches are inserts)
+    let stage = super::stage(ctx, "eosreset", "eosreset", 0, "", "start_at = \"now\"\n").await;
+    let (inst, cfg, client, coll) = stage.parts();
     let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    let config = super::write_config(&cfg, "start_at = \"now\"\n", &ctx.dir, "eosreset.toml");
-    let log = |i: usize| ctx.dir.join(format!("eosreset-{i}.log"));
+    let log = |i: usize| format!("eosreset-{i}.log");
     let mut row = Row::new("exactly once: offsets reset and --delete while stopped");
     let stop = |row: &mut Row, proc: &mut BridgeProc, when: &str| {
         let status = proc.stop(Duration::from_secs(30));
@@ -145,18 +142,18 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
 
     // Batch 0, delivered; a graceful stop leaves the progress record and the offsets
     // document at the same position.
-    let mut proc = BridgeProc::spawn(&config, log(0));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    write_batch(&coll, 0).await;
+    let mut proc = stage.spawn(&log(0));
+    cfg.wait_started(client, Duration::from_secs(60)).await;
+    write_batch(coll, 0).await;
     let seen = wait_batch(&inst.kafka, &topic, 0).await;
     check_batches(&mut row, "before the first stop", &seen, 0);
     stop(&mut row, &mut proc, "after batch 0");
-    let before = cfg.offsets(&client).await.expect("offsets document");
+    let before = cfg.offsets(client).await.expect("offsets document");
 
     // A while stopped, reset to now, B: B once, A never.
-    write_batch(&coll, 1).await;
-    offsets_command(&config, &["--to-now"]);
-    let reset = cfg.offsets(&client).await.expect("offsets document");
+    write_batch(coll, 1).await;
+    offsets_command(&stage.config, &["--to-now"]);
+    let reset = cfg.offsets(client).await.expect("offsets document");
     say!(
         "eosreset: offsets reset --to-now: {} → {}",
         summary(Some(&before)),
@@ -172,8 +169,8 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
             )
         },
     );
-    write_batch(&coll, 2).await;
-    let mut proc = BridgeProc::spawn(&config, log(1));
+    write_batch(coll, 2).await;
+    let mut proc = stage.spawn(&log(1));
     let seen = wait_batch(&inst.kafka, &topic, 2).await;
     check_batches(&mut row, "after reset --to-now", &seen, 2);
     let ahead = proc
@@ -185,12 +182,12 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
             .to_owned()
     });
     stop(&mut row, &mut proc, "after batch B");
-    let before = cfg.offsets(&client).await.expect("offsets document");
+    let before = cfg.offsets(client).await.expect("offsets document");
 
     // C while stopped, reset --delete, started, D: D once, C never.
-    write_batch(&coll, 3).await;
-    offsets_command(&config, &["--delete"]);
-    let kept = cfg.offsets(&client).await;
+    write_batch(coll, 3).await;
+    offsets_command(&stage.config, &["--delete"]);
+    let kept = cfg.offsets(client).await;
     say!(
         "eosreset: offsets reset --delete: {} → {}",
         summary(Some(&before)),
@@ -209,9 +206,9 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
             )
         },
     );
-    let mut proc = BridgeProc::spawn(&config, log(2));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    write_batch(&coll, 4).await;
+    let mut proc = stage.spawn(&log(2));
+    cfg.wait_started(client, Duration::from_secs(60)).await;
+    write_batch(coll, 4).await;
     let seen = wait_batch(&inst.kafka, &topic, 4).await;
     check_batches(&mut row, "after reset --delete", &seen, 4);
     let ahead = proc
@@ -246,6 +243,6 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
             .sum(),
     );
     row.runs = "2 resets, 3 starts".to_owned();
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }

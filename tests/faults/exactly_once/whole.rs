@@ -25,10 +25,15 @@ use bson::{Document, doc};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{Isolation, check_exactly_once, epochs_taken, read, read_all, wait_committed};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::kafka::Isolation;
+use crate::common::load::{Truth, start_load};
+use crate::common::records::{EventId, Rec, read, read_all};
+use crate::exactly_once::checks::{
+    check_exactly_once, check_follower, check_sequence, wait_committed,
+};
+use crate::exactly_once::evidence::epochs_taken;
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const SIZE: usize = 300;
 const BASE: i64 = 1_000_000;
@@ -57,27 +62,15 @@ fn per_round(recs: &[Rec]) -> BTreeMap<i64, (usize, usize)> {
 }
 
 pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
     let (rounds, extra_rounds) = if ctx.long { (10, 3) } else { (3, 3) };
-    let inst = Instance::up(&ctx.script, &ctx.instance("eostxn"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eostxn");
+    let extra = "max_transaction_events = 10\n";
+    let stage = super::stage(ctx, "eostxn", "eostxn", 20, "", extra).await;
+    let (inst, cfg, client, coll) = stage.parts();
     let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let config = super::write_config(
-        &cfg,
-        "max_transaction_events = 10\n",
-        &ctx.dir,
-        "eostxn.toml",
-    );
-    let log = |i: usize| ctx.dir.join(format!("eostxn-{i}.log"));
-    let follower = inst
-        .is_kafka()
-        .then(|| super::Follower::start(&inst.kafka, &topic));
-    let mut proc = BridgeProc::spawn(&config, log(0));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let log = |i: usize| format!("eostxn-{i}.log");
+    let follower = stage.follower();
+    let mut proc = stage.spawn(&log(0));
+    cfg.wait_started(client, Duration::from_secs(60)).await;
     let poller = Poller::start(&inst.kafka, &topic);
     let watcher = Watcher::start(&inst.kafka, &topic);
     let load = start_load(coll.clone(), 50, 20, 0);
@@ -131,7 +124,7 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
             }
         );
         let epoch = round + 2;
-        proc = BridgeProc::spawn(&config, log(round as usize + 1));
+        proc = stage.spawn(&log(round as usize + 1));
         let deadline = Instant::now() + Duration::from_secs(60);
         while !(epochs_taken(&proc.log_text()).contains(&epoch) && poller.complete(round))
             && Instant::now() < deadline
@@ -147,7 +140,7 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
         round += 1;
     }
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(120)).await;
     let status = proc.stop(Duration::from_secs(30));
     row.check(status.success(), || format!("graceful stop: {status}"));
@@ -156,18 +149,10 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
     let recs = read(&inst.kafka, &topic, Isolation::Committed).await;
     let v = check_exactly_once(&mut row, &truth, &recs);
     if let Some(f) = &follower {
-        super::check_follower(&mut row, f, &recs).await;
+        check_follower(&mut row, f, &recs).await;
     }
     let kills_landed = landed.iter().filter(|l| **l).count();
-    let repeats = super::sequence_repeats(
-        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
-    );
-    row.check(repeats.is_empty(), || {
-        format!(
-            "committed progress records repeat a commitSequence: {}",
-            repeats.join("; ")
-        )
-    });
+    check_sequence(&mut row, &inst.kafka, &cfg.offsets_db()).await;
     row.check(polls.violations.is_empty(), || {
         format!(
             "read_committed saw a part of a MongoDB transaction (or a duplicate) in {} of {} \
@@ -202,7 +187,7 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
         "{round} kills ({kills_landed} mid-transaction), {} polls",
         polls.polls
     );
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }
 
@@ -329,7 +314,7 @@ impl Watcher {
                 let Some(Ok(m)) = consumer.poll(Duration::from_millis(10)) else {
                     continue;
                 };
-                let rec = super::parse(&m);
+                let rec = Rec::decode(&m);
                 let Some(round) = round_of(&rec) else {
                     continue;
                 };
