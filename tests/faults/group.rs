@@ -10,16 +10,19 @@
 //! - `groupfull` ([`slots`]): a pipeline added by SIGHUP whose slot has no partition yet;
 //! - `kubelet` ([`kubelet`], long form only): a simulated kubelet's probes and chaos kills.
 //!
-//! This file holds their set-up ([`World`]) and what they read from the members.
+//! This file holds their set-up ([`World`]) and what they read from the members;
+//! [`replays`] what their pipelines delivered.
 
 pub mod configs;
 pub mod epochs;
 pub mod kubelet;
 pub mod paused;
+pub mod replays;
 pub mod slots;
 pub mod snapshot;
 pub mod spread;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -193,6 +196,15 @@ pub(crate) fn delivered(member: &Member, p: usize) -> f64 {
         "mongo_kafka_bridge_kafka_messages_delivered_total",
         &[&label],
     )
+}
+
+/// Each pipeline's `epoch` in its offsets document (`missing` for a document without one).
+pub(crate) async fn epochs(cfg: &GroupCfg, client: &Client, missing: i64) -> BTreeMap<String, i64> {
+    cfg.offsets(client)
+        .await
+        .iter()
+        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(missing)))
+        .collect()
 }
 
 /// The minimum, median and maximum of `v` (NaN when empty).

@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod ambiguity;
 mod cases;
 mod check;
 mod deploy;

@@ -3,13 +3,12 @@
 //! document is refused, topics are created when asked, a replica-set name mismatch is named, a
 //! restart logs where it resumes, and the HTTP endpoint answers "draining" until the drain ends.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
 use mongo_kafka_bridge::BridgeError;
 
-use crate::common::bridge::{bridge_cli, spawn_binary, start_bridge};
+use crate::common::bridge::{bridge_cli, signal, spawn_binary, start_bridge};
 use crate::common::collect::{collect, collect_from};
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
@@ -240,11 +239,7 @@ async fn a_restart_logs_where_it_resumes() {
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        signal(child.id(), "TERM");
         assert_eq!(child.wait().unwrap().code(), Some(0));
     }
     // THEN the second start said it resumes after the committed token

@@ -8,12 +8,12 @@
 //! fresh servers).
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::load::Truth;
 use crate::common::mongo::committed_time;
-use crate::common::verdict::verify;
-use crate::group::{Member, RATE, World, chrono_now_ms, delivered, median, owned_by, settled};
+use crate::group::replays::check_pipelines;
+use crate::group::{Member, World, chrono_now_ms, delivered, epochs, median, owned_by, settled};
 use crate::say;
 use crate::suite::{Ctx, Row, since_start};
 
@@ -39,15 +39,9 @@ async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
     let started = Instant::now();
     let db = format!("group{block}");
     let world = World::up(ctx, &db, &db, 9).await;
-    let path = world.write(&format!("group{block}.toml"));
-    let (cfg, client, colls, consumers) = world.parts();
-    let log = |n: usize| ctx.dir.join(format!("group{block}-{n}.log"));
+    let mut crew = Crew::start(&world, block);
     let mut row = Row::new(&format!("group: 3 members, 9 pipelines (block {block})"));
-    let mut members: Vec<Member> = (0..3).map(|n| Member::start(&path, log(n))).collect();
-    let mut next_log = 3;
-    let refs: Vec<&Member> = members.iter().collect();
-    let owners = settled(&refs, cfg.pipelines, Duration::from_secs(90)).await;
-    let Some(owners) = owners else {
+    let Some(mut owners) = crew.settled().await else {
         row.check(false, || "the 9 pipelines never had one owner each".into());
         return row;
     };
@@ -62,42 +56,149 @@ async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
     // A quiet window (nothing moves) for the baseline delivery delay.
     let quiet_from_ms = chrono_now_ms() + 1_000;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let quiet_to_ms = chrono_now_ms();
-    let mut committed_at_kill: Vec<BTreeMap<String, (u32, u32)>> = Vec::new();
-    let mut failovers = Vec::new();
-    let mut owners = owners;
+    let quiet_ms = (quiet_from_ms, chrono_now_ms());
+    let mut done = Kills::default();
     for k in 0..kills {
-        let victim = k % members.len();
+        if let Some(o) = done.kill(&mut crew, &owners, k, &mut row).await {
+            owners = o;
+        }
+    }
+    let (_, mid, hi) = done.report_failovers(&mut row);
+    let join = join_a_fourth(&mut crew, &owners, &mut row).await;
+    for load in loads {
+        load.stop().await;
+    }
+    let join = (join.moved.as_slice(), join.wall_ms);
+    let totals = check_pipelines(&world, &done.committed, join, quiet_ms, &mut row).await;
+    for m in &mut crew.members {
+        let status = m.proc.stop(Duration::from_secs(30));
+        row.check(status.success(), || format!("graceful stop: {status}"));
+    }
+    row.writes = Some(totals.writes);
+    row.delivered = Some(totals.unique);
+    row.missing = Some(totals.writes - totals.unique.min(totals.writes));
+    row.duplicates = Some(totals.duplicates);
+    row.runs = format!(
+        "{kills} kill(s), failover median {mid:.1} s, max {hi:.1} s; join delay max {:.2} s",
+        totals.join_delay_max
+    );
+    row.recovery_s = Some(hi);
+    row.seconds = started.elapsed().as_secs_f64();
+    row
+}
+
+/// The members of a block, all on one configuration; every start logs to a file of its own
+/// (`group<block>-<n>.log`).
+struct Crew<'w> {
+    world: &'w World,
+    path: PathBuf,
+    block: usize,
+    members: Vec<Member>,
+    starts: usize,
+}
+
+impl<'w> Crew<'w> {
+    /// Writes the block's configuration and starts 3 members on it.
+    fn start(world: &'w World, block: usize) -> Self {
+        let path = world.write(&format!("group{block}.toml"));
+        let mut crew = Self {
+            world,
+            path,
+            block,
+            members: Vec::new(),
+            starts: 0,
+        };
+        for _ in 0..3 {
+            let member = crew.member();
+            crew.members.push(member);
+        }
+        crew
+    }
+
+    /// A new member process on the block's configuration.
+    fn member(&mut self) -> Member {
+        let log = format!("group{}-{}.log", self.block, self.starts);
+        self.starts += 1;
+        self.world.member(&self.path, &log)
+    }
+
+    /// Waits (90 s) until every pipeline runs on exactly one member; the owners.
+    async fn settled(&self) -> Option<Vec<usize>> {
+        let refs: Vec<&Member> = self.members.iter().collect();
+        settled(&refs, self.world.cfg.pipelines, Duration::from_secs(90)).await
+    }
+}
+
+/// What the kills leave to check.
+#[derive(Default)]
+struct Kills {
+    /// Per kill, the positions the victim's pipelines had committed: what their new owners
+    /// resume after.
+    committed: Vec<BTreeMap<String, (u32, u32)>>,
+    /// The failover time of every moved pipeline (s).
+    failovers: Vec<f64>,
+}
+
+impl Kills {
+    /// Kill `k`: kill -9s member `k % n`, waits for the failover of its pipelines, starts it
+    /// again and waits until the pipelines settled; the new owners.
+    async fn kill(
+        &mut self,
+        crew: &mut Crew<'_>,
+        owners: &[usize],
+        k: usize,
+        row: &mut Row,
+    ) -> Option<Vec<usize>> {
+        let (cfg, client) = (&crew.world.cfg, &crew.world.client);
+        let victim = k % crew.members.len();
         let moved: Vec<usize> = (0..cfg.pipelines)
             .filter(|p| owners[*p] == victim)
             .collect();
-        members[victim].proc.kill9();
+        crew.members[victim].proc.kill9();
         let killed = Instant::now();
         let docs = cfg.offsets(client).await;
         // What the new owners resume after: the positions of the victim's pipelines.
         let victims: Vec<String> = moved.iter().map(|p| format!("p{p}")).collect();
-        committed_at_kill.push(
+        self.committed.push(
             docs.iter()
                 .filter(|(n, _)| victims.contains(n))
                 .map(|(n, d)| (n.clone(), committed_time(d)))
                 .collect(),
         );
-        // Failover: the first increase of a survivor's delivered count for each moved pipeline.
+        let pending = self.fail_over(&crew.members, victim, &moved, killed).await;
+        row.check(pending.is_empty(), || {
+            format!(
+                "kill {k}: pipelines {:?} never delivered again",
+                pending.keys()
+            )
+        });
+        crew.members[victim] = crew.member();
+        let owners = crew.settled().await;
+        if owners.is_none() {
+            row.check(false, || {
+                format!("kill {k}: never settled after the restart")
+            });
+        }
+        owners
+    }
+
+    /// Failover: the first increase of a survivor's delivered count for each `moved`
+    /// pipeline, timed from `killed` (waited for 90 s); the pipelines that never delivered
+    /// again (with their count at the kill).
+    async fn fail_over(
+        &mut self,
+        members: &[Member],
+        victim: usize,
+        moved: &[usize],
+        killed: Instant,
+    ) -> HashMap<usize, f64> {
         let survivors: Vec<usize> = (0..members.len()).filter(|m| *m != victim).collect();
-        let mut pending: HashMap<usize, f64> = moved
-            .iter()
-            .map(|p| {
-                (
-                    *p,
-                    survivors.iter().map(|m| delivered(&members[*m], *p)).sum(),
-                )
-            })
-            .collect();
+        let sum = |p: usize| -> f64 { survivors.iter().map(|m| delivered(&members[*m], p)).sum() };
+        let mut pending: HashMap<usize, f64> = moved.iter().map(|p| (*p, sum(*p))).collect();
         while !pending.is_empty() && killed.elapsed() < Duration::from_secs(90) {
             pending.retain(|p, base| {
-                let now: f64 = survivors.iter().map(|m| delivered(&members[*m], *p)).sum();
-                if now > *base {
-                    failovers.push(killed.elapsed().as_secs_f64());
+                if sum(*p) > *base {
+                    self.failovers.push(killed.elapsed().as_secs_f64());
                     false
                 } else {
                     true
@@ -105,62 +206,56 @@ async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
             });
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        row.check(pending.is_empty(), || {
-            format!(
-                "kill {k}: pipelines {:?} never delivered again",
-                pending.keys()
-            )
-        });
-        members[victim] = Member::start(&path, log(next_log));
-        next_log += 1;
-        let refs: Vec<&Member> = members.iter().collect();
-        match settled(&refs, cfg.pipelines, Duration::from_secs(90)).await {
-            Some(o) => owners = o,
-            None => row.check(false, || {
-                format!("kill {k}: never settled after the restart")
-            }),
-        }
+        pending
     }
-    let (lo, mid, hi) = median(failovers.clone());
-    say!(
-        "group: failover after kill -9 over {} pipelines: min {lo:.1} s, median {mid:.1} s, max {hi:.1} s",
-        failovers.len()
-    );
-    row.check(hi <= FAILOVER_BOUND_S, || {
-        format!("failover max {hi:.1} s > {FAILOVER_BOUND_S} s")
-    });
-    // A 4th member joins: what does not move keeps running (its epoch stays).
-    let epochs_before: BTreeMap<String, i64> = cfg
-        .offsets(client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(0)))
-        .collect();
+
+    /// Prints the failover times and checks the longest against the bound; (min, median, max).
+    fn report_failovers(&self, row: &mut Row) -> (f64, f64, f64) {
+        let (lo, mid, hi) = median(self.failovers.clone());
+        say!(
+            "group: failover after kill -9 over {} pipelines: min {lo:.1} s, median {mid:.1} s, max {hi:.1} s",
+            self.failovers.len()
+        );
+        row.check(hi <= FAILOVER_BOUND_S, || {
+            format!("failover max {hi:.1} s > {FAILOVER_BOUND_S} s")
+        });
+        (lo, mid, hi)
+    }
+}
+
+/// What a 4th member's join moved.
+struct Join {
+    /// The pipelines that moved (`p<i>`).
+    moved: Vec<String>,
+    /// When it joined (Unix ms).
+    wall_ms: i64,
+}
+
+/// A 4th member joins: it gets a pipeline, and what does not move keeps running (its epoch
+/// stays).
+async fn join_a_fourth(crew: &mut Crew<'_>, owners: &[usize], row: &mut Row) -> Join {
+    let (cfg, client) = (&crew.world.cfg, &crew.world.client);
+    let epochs_before = epochs(cfg, client, 0).await;
     let joined_at = since_start();
-    let join_wall_ms = chrono_now_ms();
-    members.push(Member::start(&path, log(next_log)));
+    let wall_ms = chrono_now_ms();
+    let member = crew.member();
+    crew.members.push(member);
     // Its join starts a rebalance: wait until it runs something, then until all settled.
     let joined = Instant::now();
-    while owned_by(&members[3], cfg.pipelines).is_empty()
+    while owned_by(&crew.members[3], cfg.pipelines).is_empty()
         && joined.elapsed() < Duration::from_secs(60)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let refs: Vec<&Member> = members.iter().collect();
-    let after = settled(&refs, cfg.pipelines, Duration::from_secs(90)).await;
+    let after = crew.settled().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let epochs_after: BTreeMap<String, i64> = cfg
-        .offsets(client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(0)))
-        .collect();
+    let epochs_after = epochs(cfg, client, 0).await;
     let restarted: Vec<String> = epochs_after
         .iter()
         .filter(|(n, e)| epochs_before.get(*n) != Some(e))
         .map(|(n, _)| n.clone())
         .collect();
-    let after = after.unwrap_or_else(|| owners.clone());
+    let after = after.unwrap_or_else(|| owners.to_vec());
     let moved: Vec<String> = (0..cfg.pipelines)
         .filter(|p| after[*p] != owners[*p])
         .map(|p| format!("p{p}"))
@@ -175,115 +270,5 @@ async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
             "restarted {restarted:?} but moved {moved:?}: a pipeline that stays must keep running"
         )
     });
-    for load in loads {
-        load.stop().await;
-    }
-    let final_epochs: BTreeMap<String, i64> = cfg
-        .offsets(client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(1)))
-        .collect();
-    let mut gaps = Vec::new();
-    let mut baseline = Vec::new();
-    let (mut total_writes, mut total_unique, mut total_dup) = (0, 0, 0);
-    for (i, coll) in colls.iter().enumerate() {
-        let truth = Truth::read(coll).await;
-        consumers[i]
-            .wait_complete(&truth, Duration::from_secs(120))
-            .await;
-        // Late duplicates still on their way.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let recs = consumers[i].snapshot();
-        let v2 = verify(&truth, &recs);
-        let name = format!("p{i}");
-        row.check(
-            v2.missing == 0 && v2.unexpected == 0 && v2.order_violations.is_empty(),
-            || {
-                format!(
-                    "{name}: {} missing (first {:?}), {} unexpected, order {:?}",
-                    v2.missing, v2.first_missing, v2.unexpected, v2.order_violations
-                )
-            },
-        );
-        // Duplicates only of events after the position committed before some kill, or read
-        // again by the next owner after a graceful hand-over (at most what was in flight at the
-        // revocation, one replay per move: the contract's bound; the race that made it happen
-        // in practice, a position the checkpointer marked seen without committing, is fixed).
-        let killed = committed_at_kill
-            .iter()
-            .filter(|c| c.contains_key(&name))
-            .count();
-        let taken = final_epochs.get(&name).copied().unwrap_or(1);
-        let handovers = usize::try_from(taken - 1)
-            .unwrap_or(0)
-            .saturating_sub(killed);
-        for (event, copies) in &v2.copies {
-            if *copies <= 1 {
-                continue;
-            }
-            let t = v2.times.get(event).copied().unwrap_or((0, 0));
-            let replays = committed_at_kill
-                .iter()
-                .filter(|c| c.get(&name).is_some_and(|c| *c < t))
-                .count()
-                + handovers;
-            row.check(copies - 1 <= replays, || {
-                let at: Vec<(i64, Option<i64>)> = recs
-                    .iter()
-                    .filter(|r| r.event.as_ref() == Some(event))
-                    .map(|r| (r.offset, r.timestamp_ms))
-                    .collect();
-                format!(
-                    "{name}: {event:?} (clusterTime {}.{}) has {copies} copies (offset, \
-                     produced ms: {at:?}); more than the kills and hand-overs that replayed it",
-                    t.0, t.1
-                )
-            });
-        }
-        if !moved.contains(&name) {
-            // The delivery delay (produced − written) of its inserts around the join.
-            let delay = recs
-                .iter()
-                .filter_map(|r| Some((r.written_ms?, r.timestamp_ms?)))
-                .filter(|(w, _)| *w >= join_wall_ms - 2_000 && *w <= join_wall_ms + 20_000)
-                .map(|(w, t)| t - w)
-                .max()
-                .unwrap_or(0);
-            gaps.push(delay as f64 / 1000.0);
-        }
-        let quiet = recs
-            .iter()
-            .filter_map(|r| Some((r.written_ms?, r.timestamp_ms?)))
-            .filter(|(w, _)| *w >= quiet_from_ms && *w <= quiet_to_ms)
-            .map(|(w, t)| t - w)
-            .max()
-            .unwrap_or(0);
-        // (the killed member's pipelines delivered that window only after the failover)
-        if !committed_at_kill.iter().any(|c| c.contains_key(&name)) {
-            baseline.push(quiet as f64 / 1000.0);
-        }
-        total_writes += v2.writes;
-        total_unique += v2.unique;
-        total_dup += v2.duplicates;
-    }
-    let (glo, gmid, ghi) = median(gaps);
-    let (blo, bmid, bhi) = median(baseline);
-    say!(
-        "group: longest delivery delay (write → produce) of the pipelines that stayed during the join: min {glo:.2} s, median {gmid:.2} s, max {ghi:.2} s ({RATE} writes/s each); before the kill, with nothing moving: min {blo:.2} s, median {bmid:.2} s, max {bhi:.2} s"
-    );
-    for m in &mut members {
-        let status = m.proc.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("graceful stop: {status}"));
-    }
-    row.writes = Some(total_writes);
-    row.delivered = Some(total_unique);
-    row.missing = Some(total_writes - total_unique.min(total_writes));
-    row.duplicates = Some(total_dup);
-    row.runs = format!(
-        "{kills} kill(s), failover median {mid:.1} s, max {hi:.1} s; join delay max {ghi:.2} s"
-    );
-    row.recovery_s = Some(hi);
-    row.seconds = started.elapsed().as_secs_f64();
-    row
+    Join { moved, wall_ms }
 }

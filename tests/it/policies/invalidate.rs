@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use bson::{Document, doc};
-use mongo_kafka_bridge::observe::metrics::ERRORS;
+use mongo_kafka_bridge::Bridge;
+use mongo_kafka_bridge::observe::metrics::{ERRORS, Metrics};
+use mongodb::Client;
 
-use crate::common::bridge::{bridge_on, start_opened};
+use crate::common::bridge::start_opened;
 use crate::common::collect::{Received, key_of, records};
 use crate::common::config::config_toml;
 use crate::common::kafka::create_topic;
@@ -45,17 +47,69 @@ fn reopened<const N: usize>(name: &str, events: [(&str, String); N]) -> Vec<(Str
     out
 }
 
+/// A pipeline of its own on a fresh database, its records on a topic of one partition.
+struct Watched {
+    db: String,
+    name: &'static str,
+    topic: String,
+    client: Client,
+    bridge: Bridge,
+}
+
+impl Watched {
+    /// Pipeline `name` on `<db>.<coll>` (topic `<db>.<coll>`), or on the whole database with
+    /// topic `<db>.all` for `coll: None`, started and its stream open.
+    async fn start(name: &'static str, coll: Option<&str>) -> Self {
+        let db = unique(name);
+        let topic = format!("{db}.{}", coll.unwrap_or("all"));
+        create_topic(&topic, 1).await;
+        let client = mongo().await;
+        let extra = match coll {
+            Some(_) => String::new(),
+            None => format!("topic = \"{topic}\"\n"),
+        };
+        let bridge = start_opened(&config_toml(name, &db, coll, &extra), &db, name).await;
+        Self {
+            db,
+            name,
+            topic,
+            client,
+            bridge,
+        }
+    }
+
+    /// Waits until `invalidated` events (the invalidate included) are committed, then makes
+    /// `write` (one event) and waits until it is committed too; reads `count` records at least
+    /// and stops the bridge. The records and the bridge's metrics.
+    async fn after_invalidate(
+        self,
+        invalidated: i64,
+        write: impl Future<Output = ()>,
+        count: usize,
+    ) -> (Vec<Received>, Metrics) {
+        let (client, db, name) = (&self.client, &self.db, self.name);
+        let at = wait_offsets(client, db, name, WAIT, |d| {
+            events_committed(d) >= invalidated
+        })
+        .await;
+        write.await;
+        let events = events_committed(&at) + 1;
+        wait_offsets(client, db, name, WAIT, |d| events_committed(d) == events).await;
+        let records = records(&self.topic, count, WAIT).await;
+        let metrics = self.bridge.metrics().clone();
+        self.bridge.shutdown();
+        self.bridge.wait().await.unwrap();
+        (records, metrics)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn c07_rename_is_published_and_a_recreated_collection_is_followed() {
     // GIVEN a collection-scope pipeline on db.orders
-    let (db, name) = (unique("c07"), "c07");
-    let topic = format!("{db}.orders");
-    create_topic(&topic, 1).await;
-    let client = mongo().await;
-    let bridge = bridge_on(name, &db, "orders", "").await;
-    let metrics = bridge.metrics().clone();
-    let database = client.database(&db);
-    let orders = database.collection::<Document>("orders");
+    let watched = Watched::start("c07", Some("orders")).await;
+    let (db, name) = (watched.db.clone(), watched.name);
+    let client = watched.client.clone();
+    let orders = client.database(&db).collection::<Document>("orders");
     // WHEN a document is inserted, the collection renamed, then re-created by an insert
     orders.insert_one(doc! { "_id": 1 }).await.unwrap();
     client
@@ -65,13 +119,10 @@ async fn c07_rename_is_published_and_a_recreated_collection_is_followed() {
         })
         .await
         .unwrap();
-    let invalidated = wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) >= 3).await;
-    orders.insert_one(doc! { "_id": 2 }).await.unwrap();
-    let events = events_committed(&invalidated) + 1;
-    wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) == events).await;
-    let records = records(&topic, 4, WAIT).await;
-    bridge.shutdown();
-    bridge.wait().await.unwrap();
+    let write = async {
+        orders.insert_one(doc! { "_id": 2 }).await.unwrap();
+    };
+    let (records, metrics) = watched.after_invalidate(3, write, 4).await;
     // THEN insert, rename (keyed by ns), invalidate, then the new collection's insert
     let ns_key = format!(r#"{{"db":"{db}","coll":"orders"}}"#);
     let expected = reopened(name, [("insert", key_of(1)), ("rename", ns_key)]);
@@ -103,15 +154,10 @@ async fn c07_rename_is_published_and_a_recreated_collection_is_followed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn c07_drop_database_on_a_database_pipeline_is_published_and_followed() {
     // GIVEN a database-scope pipeline writing to one topic
-    let (db, name) = (unique("c07d"), "c07d");
-    let topic = format!("{db}.all");
-    create_topic(&topic, 1).await;
-    let client = mongo().await;
-    let extra = format!("topic = \"{topic}\"\n");
-    let bridge = start_opened(&config_toml(name, &db, None, &extra), &db, name).await;
-    let metrics = bridge.metrics().clone();
+    let watched = Watched::start("c07d", None).await;
+    let (db, name) = (watched.db.clone(), watched.name);
     // WHEN a document is written, the database dropped, then written to again
-    let database = client.database(&db);
+    let database = watched.client.database(&db);
     database
         .collection::<Document>("a")
         .insert_one(doc! { "_id": 1 })
@@ -119,17 +165,14 @@ async fn c07_drop_database_on_a_database_pipeline_is_published_and_followed() {
         .unwrap();
     database.drop().await.unwrap();
     // The offsets database is another one, so the pipeline's position survives the drop.
-    let invalidated = wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) >= 4).await;
-    database
-        .collection::<Document>("b")
-        .insert_one(doc! { "_id": 2 })
-        .await
-        .unwrap();
-    let events = events_committed(&invalidated) + 1;
-    wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) == events).await;
-    let records = records(&topic, 5, WAIT).await;
-    bridge.shutdown();
-    bridge.wait().await.unwrap();
+    let write = async {
+        database
+            .collection::<Document>("b")
+            .insert_one(doc! { "_id": 2 })
+            .await
+            .unwrap();
+    };
+    let (records, metrics) = watched.after_invalidate(4, write, 5).await;
     // THEN insert, drop, dropDatabase, invalidate, then the new insert (exactly once)
     let expected = reopened(
         name,
