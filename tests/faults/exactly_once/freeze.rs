@@ -13,9 +13,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::bridge::BridgeProc;
 use crate::common::kafka::Isolation;
 use crate::common::load::{Truth, start_load};
-use crate::common::records::read;
+use crate::common::records::{Rec, read};
 use crate::exactly_once::checks::{
     aborted, check_exactly_once, check_follower, check_sequence, wait_committed,
 };
@@ -23,6 +24,7 @@ use crate::exactly_once::evidence::{
     data_layout, landed_after_abort, progress_layout, progress_records, transactions, warnings,
 };
 use crate::say;
+use crate::stage::Stage;
 use crate::suite::{Ctx, Row};
 
 const TRANSACTION_TIMEOUT_MS: u64 = 8000;
@@ -38,7 +40,7 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     let follower = stage.follower();
     let (mut proc, addr) = stage.start("eosfreeze.log").await;
     let load = start_load(stage.coll.clone(), RATE, 20, 0);
-    let (inst, cfg, client, coll) = stage.parts();
+    let (inst, cfg, _, coll) = stage.parts();
     let topic = cfg.topic();
     let mut row = Row::new(&format!(
         "exactly once: broker frozen {} s and {} s (transaction.timeout.ms {TRANSACTION_TIMEOUT_MS})",
@@ -49,55 +51,7 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     let mut recoveries = Vec::new();
     for freeze in freezes {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let before = cfg.commit_sequence(client).await;
-        let lines_before = proc.log_text().lines().count();
-        let restarts_before = proc.restarts();
-        inst.freeze_kafka();
-        say!(
-            "eosfreeze: broker SIGSTOPped for {freeze:?} under {RATE} writes/s (commitSequence \
-             {before})"
-        );
-        tokio::time::sleep(freeze).await;
-        inst.thaw_kafka();
-        let thawed = Instant::now();
-        // Running again: the committed position moves (up to 120 s).
-        let frozen_at = cfg.commit_sequence(client).await;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while cfg.commit_sequence(client).await <= frozen_at
-            && Instant::now() < deadline
-            && proc.running()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let recovered = thawed.elapsed().as_secs_f64();
-        let moved = cfg.commit_sequence(client).await > frozen_at;
-        row.check(proc.running(), || {
-            format!(
-                "the bridge exited after the {freeze:?} freeze: {:?}\n{}",
-                proc.exit,
-                proc.log_tail(10)
-            )
-        });
-        row.check(moved, || {
-            format!("no commit within 120 s after the {freeze:?} freeze")
-        });
-        let text = proc.log_text();
-        let new: String = text
-            .lines()
-            .skip(lines_before)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let restarts = proc.restarts() - restarts_before;
-        let what = warnings(&new);
-        say!(
-            "eosfreeze: {freeze:?} freeze: committing again {recovered:.1} s after the thaw, \
-             {restarts} pipeline restart(s); the log's warnings and errors since the freeze:\n  {}",
-            if what.is_empty() {
-                "(none)".to_owned()
-            } else {
-                what.join("\n  ")
-            }
-        );
+        let (restarts, recovered) = freeze_once(&stage, &mut proc, freeze, &mut row).await;
         notes.push(format!("{}s: {restarts} restart(s)", freeze.as_secs()));
         recoveries.push(recovered);
     }
@@ -132,25 +86,7 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     let aborted = aborted(&uncommitted, &committed).len();
     check_sequence(&mut row, &inst.kafka, &cfg.offsets_db()).await;
     if v.duplicates > 0 || !stale.is_empty() {
-        // The evidence: the progress partition and the data partitions around the repeats,
-        // as offset:C|A (committed or aborted for read_committed).
-        let offsets_db = cfg.offsets_db();
-        let pu = progress_records(&inst.kafka, &offsets_db, Isolation::Uncommitted).await;
-        let pc = progress_records(&inst.kafka, &offsets_db, Isolation::Committed).await;
-        let last = pu.last().map_or(0, |p| p.offset);
-        let tail: Vec<_> = pu
-            .iter()
-            .filter(|p| p.offset + 25 > last)
-            .cloned()
-            .collect();
-        say!(
-            "eosfreeze: progress tail {}",
-            progress_layout(&tail, &pc, last)
-        );
-        say!(
-            "eosfreeze: data {}",
-            data_layout(&uncommitted, &committed, 12)
-        );
+        print_evidence(&inst.kafka, &cfg.offsets_db(), &uncommitted, &committed).await;
     }
     let metrics = transactions_note(&proc.log_text());
     say!(
@@ -174,6 +110,89 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
         stage.started,
     );
     vec![row]
+}
+
+/// Freezes the broker for `freeze` and thaws it; checks the bridge keeps running and commits
+/// again (within 120 s). The pipeline restarts meanwhile, and the seconds from the thaw until
+/// the committed position moved.
+async fn freeze_once(
+    stage: &Stage,
+    proc: &mut BridgeProc,
+    freeze: Duration,
+    row: &mut Row,
+) -> (usize, f64) {
+    let (inst, cfg, client, _) = stage.parts();
+    let before = cfg.commit_sequence(client).await;
+    let lines_before = proc.log_text().lines().count();
+    let restarts_before = proc.restarts();
+    inst.freeze_kafka();
+    say!(
+        "eosfreeze: broker SIGSTOPped for {freeze:?} under {RATE} writes/s (commitSequence \
+         {before})"
+    );
+    tokio::time::sleep(freeze).await;
+    inst.thaw_kafka();
+    let thawed = Instant::now();
+    // Running again: the committed position moves (up to 120 s).
+    let frozen_at = cfg.commit_sequence(client).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cfg.commit_sequence(client).await <= frozen_at
+        && Instant::now() < deadline
+        && proc.running()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let recovered = thawed.elapsed().as_secs_f64();
+    let moved = cfg.commit_sequence(client).await > frozen_at;
+    row.check(proc.running(), || {
+        format!(
+            "the bridge exited after the {freeze:?} freeze: {:?}\n{}",
+            proc.exit,
+            proc.log_tail(10)
+        )
+    });
+    row.check(moved, || {
+        format!("no commit within 120 s after the {freeze:?} freeze")
+    });
+    let text = proc.log_text();
+    let new: String = text
+        .lines()
+        .skip(lines_before)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let restarts = proc.restarts() - restarts_before;
+    let what = warnings(&new);
+    say!(
+        "eosfreeze: {freeze:?} freeze: committing again {recovered:.1} s after the thaw, \
+         {restarts} pipeline restart(s); the log's warnings and errors since the freeze:\n  {}",
+        if what.is_empty() {
+            "(none)".to_owned()
+        } else {
+            what.join("\n  ")
+        }
+    );
+    (restarts, recovered)
+}
+
+/// The evidence of repeats: the progress partition's tail and the data partitions around the
+/// repeats, as offset:C|A (committed or aborted for read_committed).
+async fn print_evidence(bootstrap: &str, offsets_db: &str, uncommitted: &[Rec], committed: &[Rec]) {
+    let pu = progress_records(bootstrap, offsets_db, Isolation::Uncommitted).await;
+    let pc = progress_records(bootstrap, offsets_db, Isolation::Committed).await;
+    let last = pu.last().map_or(0, |p| p.offset);
+    let tail: Vec<_> = pu
+        .iter()
+        .filter(|p| p.offset + 25 > last)
+        .cloned()
+        .collect();
+    say!(
+        "eosfreeze: progress tail {}",
+        progress_layout(&tail, &pc, last)
+    );
+    say!(
+        "eosfreeze: data {}",
+        data_layout(uncommitted, committed, 12)
+    );
 }
 
 /// How many "pipeline failed; restarting" lines name a fenced producer or a timeout.

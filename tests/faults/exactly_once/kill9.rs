@@ -24,7 +24,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::kafka::Isolation;
 use crate::common::load::{Load, Truth, start_load};
-use crate::common::records::read;
+use crate::common::records::{Rec, read};
 use crate::common::verdict::verify;
 use crate::exactly_once::checks::{aborted, check_exactly_once, check_follower, wait_committed};
 use crate::exactly_once::evidence::{
@@ -86,75 +86,9 @@ async fn block(ctx: &Ctx, b: usize, label: &str) -> Row {
         check_follower(&mut row, f, &committed).await;
     }
     let u = verify(&truth, &uncommitted);
-    // Each committed transaction carries the next commit sequence; a repeat means an instance
-    // started from an older position than the newest committed one and published it again.
-    let offsets_db = run.run.stage.cfg.offsets_db();
-    let progress = progress_records(&inst.kafka, &offsets_db, Isolation::Committed).await;
-    let repeats = sequence_repeats(&progress);
-    let repeated: Vec<Progress> = progress
-        .windows(2)
-        .filter(|w| w[1].commit <= w[0].commit)
-        .map(|w| w[1])
-        .collect();
-    if let Some(first) = repeated.first() {
-        // Evidence for the report: where the repeating instance's start read began, and
-        // whether an aborted progress record lay before it.
-        let all = progress_records(&inst.kafka, &offsets_db, Isolation::Uncommitted).await;
-        let committed_at: std::collections::HashSet<i64> =
-            progress.iter().map(|p| p.offset).collect();
-        let from = |epoch: i64| run.left.get(&(epoch - 1)).map_or(-1, |l| l.1);
-        let behind_abort = repeated
-            .iter()
-            .filter(|r| {
-                all.iter()
-                    .any(|p| p.offset < from(r.epoch) && !committed_at.contains(&p.offset))
-            })
-            .count();
-        say!(
-            "{}: the progress partition up to the first repeat (offset:C|A:epoch:commitSequence): \
-             {}; epoch {} started from an offsets document at progressOffset {}. {behind_abort} \
-             of {} repeats came from an instance whose start read began after an aborted \
-             progress record",
-            run.run.name,
-            progress_layout(&all, &progress, first.offset),
-            first.epoch,
-            from(first.epoch),
-            repeated.len()
-        );
-    }
-    row.check(repeats.is_empty(), || {
-        format!(
-            "committed progress records repeat a commitSequence (a committed transaction \
-             published again): {}",
-            repeats.join("; ")
-        )
-    });
-    let ahead = (0..run.run.instances())
-        .filter(|i| {
-            std::fs::read_to_string(run.run.log(*i))
-                .unwrap_or_default()
-                .contains("the progress topic is ahead of the offsets document")
-        })
-        .count();
-    let extra = aborted(&uncommitted, &committed).len();
-    row.check(
-        uncommitted.len() > committed.len() && extra == uncommitted.len() - committed.len(),
-        || {
-            format!(
-                "read_uncommitted ({} records) shows no aborted records beyond read_committed \
-                 ({}): the kills aborted nothing, or the two reads cannot be told apart",
-                uncommitted.len(),
-                committed.len()
-            )
-        },
-    );
-    row.check(recs.len() == committed.len(), || {
-        format!(
-            "read_committed changed after the graceful stop: {} → {} records",
-            recs.len(),
-            committed.len()
-        )
-    });
+    let progress = run.check_progress(&mut row, &inst.kafka).await;
+    let ahead = run.ahead();
+    let extra = check_reads(&mut row, &recs, &committed, &uncommitted);
     say!(
         "{}: {KILLS} kills ({} after waiting for a commit), {acked} writes ({errors} retried) → \
          {} events; read_committed {} records: {} delivered, {} missing, {} duplicates; \
@@ -187,6 +121,32 @@ async fn block(ctx: &Ctx, b: usize, label: &str) -> Row {
     row
 }
 
+/// The kills aborted records (`read_uncommitted` has more than `read_committed`, and exactly
+/// the aborted ones more), and `read_committed` did not change after the graceful stop
+/// (`recs`: its read before). How many records were aborted.
+fn check_reads(row: &mut Row, recs: &[Rec], committed: &[Rec], uncommitted: &[Rec]) -> usize {
+    let extra = aborted(uncommitted, committed).len();
+    row.check(
+        uncommitted.len() > committed.len() && extra == uncommitted.len() - committed.len(),
+        || {
+            format!(
+                "read_uncommitted ({} records) shows no aborted records beyond read_committed \
+                 ({}): the kills aborted nothing, or the two reads cannot be told apart",
+                uncommitted.len(),
+                committed.len()
+            )
+        },
+    );
+    row.check(recs.len() == committed.len(), || {
+        format!(
+            "read_committed changed after the graceful stop: {} → {} records",
+            recs.len(),
+            committed.len()
+        )
+    });
+    extra
+}
+
 /// The bridge processes of one block, and what each kill left behind.
 struct EosRun<'a> {
     run: Run<'a>,
@@ -203,6 +163,66 @@ struct EosRun<'a> {
 }
 
 impl<'a> EosRun<'a> {
+    /// Each committed transaction carries the next commit sequence; a repeat means an instance
+    /// started from an older position than the newest committed one and published it again.
+    /// Checks there is none (printing, for a repeat, where its instance's start read began);
+    /// the committed progress records.
+    async fn check_progress(&self, row: &mut Row, bootstrap: &str) -> Vec<Progress> {
+        let offsets_db = self.run.stage.cfg.offsets_db();
+        let progress = progress_records(bootstrap, &offsets_db, Isolation::Committed).await;
+        let repeats = sequence_repeats(&progress);
+        let repeated: Vec<Progress> = progress
+            .windows(2)
+            .filter(|w| w[1].commit <= w[0].commit)
+            .map(|w| w[1])
+            .collect();
+        if let Some(first) = repeated.first() {
+            // Evidence for the report: where the repeating instance's start read began, and
+            // whether an aborted progress record lay before it.
+            let all = progress_records(bootstrap, &offsets_db, Isolation::Uncommitted).await;
+            let committed_at: std::collections::HashSet<i64> =
+                progress.iter().map(|p| p.offset).collect();
+            let from = |epoch: i64| self.left.get(&(epoch - 1)).map_or(-1, |l| l.1);
+            let behind_abort = repeated
+                .iter()
+                .filter(|r| {
+                    all.iter()
+                        .any(|p| p.offset < from(r.epoch) && !committed_at.contains(&p.offset))
+                })
+                .count();
+            say!(
+                "{}: the progress partition up to the first repeat (offset:C|A:epoch:commitSequence): \
+                 {}; epoch {} started from an offsets document at progressOffset {}. {behind_abort} \
+                 of {} repeats came from an instance whose start read began after an aborted \
+                 progress record",
+                self.run.name,
+                progress_layout(&all, &progress, first.offset),
+                first.epoch,
+                from(first.epoch),
+                repeated.len()
+            );
+        }
+        row.check(repeats.is_empty(), || {
+            format!(
+                "committed progress records repeat a commitSequence (a committed transaction \
+                 published again): {}",
+                repeats.join("; ")
+            )
+        });
+        progress
+    }
+
+    /// How many instances found the progress topic ahead of the offsets document.
+    fn ahead(&self) -> usize {
+        (0..self.run.instances())
+            .filter(|i| {
+                std::fs::read_to_string(self.run.log(*i))
+                    .unwrap_or_default()
+                    .contains("the progress topic is ahead of the offsets document")
+            })
+            .count()
+    }
+
     async fn start(ctx: &Ctx, name: String, stage: &'a Stage) -> Self {
         Self {
             run: Run::start(ctx, name, stage).await,

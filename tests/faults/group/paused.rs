@@ -4,6 +4,7 @@
 //! runs it.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bson::Document;
@@ -20,34 +21,70 @@ use crate::suite::{Ctx, Row};
 pub async fn paused_member(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let world = World::up(ctx, "groupstop", "groupstop", 4).await;
-    let World {
-        inst,
-        cfg,
-        client,
-        colls,
-        consumers,
-        ..
-    } = &world;
-    // (the control topic is the member's: it adds the partition the SIGHUP below needs)
-    let control = format!("__mongo_kafka_bridge.{}.group.faults", cfg.offsets_db());
     let path = world.write("groupstop.toml");
     let mut row = Row::new("group: a member paused past its session");
     let mut members: Vec<Member> = (0..2)
         .map(|n| world.member(&path, &format!("groupstop-{n}.log")))
         .collect();
     let refs: Vec<&Member> = members.iter().collect();
-    let Some(owners) = settled(&refs, cfg.pipelines, Duration::from_secs(90)).await else {
+    let pipelines = world.cfg.pipelines;
+    let Some(owners) = settled(&refs, pipelines, Duration::from_secs(90)).await else {
         row.check(false, || "the pipelines never had one owner each".into());
         return vec![row];
     };
     let loads = world.start_loads();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let lost: Vec<usize> = (0..cfg.pipelines).filter(|p| owners[*p] == 0).collect();
+    let lost: Vec<usize> = (0..pipelines).filter(|p| owners[*p] == 0).collect();
+    let took_over = pause_past_session(&members, pipelines, &lost, &mut row).await;
+    add_by_sighup(&world, &path, &members, &mut row).await;
+    for load in loads {
+        load.stop().await;
+    }
+    let (mut writes, mut unique, mut dups) = (0, 0, 0);
+    for (i, coll) in world.colls.iter().enumerate() {
+        let truth = Truth::read(coll).await;
+        let (v, _) = world.consumers[i]
+            .wait_complete(&truth, Duration::from_secs(120))
+            .await;
+        row.check(
+            v.missing == 0 && v.order_violations.is_empty() && v.unexpected == 0,
+            || {
+                format!(
+                    "p{i}: {} missing (first {:?}), order {:?}",
+                    v.missing, v.first_missing, v.order_violations
+                )
+            },
+        );
+        writes += v.writes;
+        unique += v.unique;
+        dups += v.duplicates;
+    }
+    for m in &mut members {
+        let status = m.proc.stop(Duration::from_secs(30));
+        row.check(status.success(), || format!("graceful stop: {status}"));
+    }
+    row.writes = Some(writes);
+    row.delivered = Some(unique);
+    row.missing = Some(writes - unique.min(writes));
+    row.duplicates = Some(dups);
+    row.finish("SIGSTOP 16 s".to_owned(), took_over, started);
+    vec![row]
+}
+
+/// Member 0 of `members` paused for twice the session timeout (8 s by default): member 1 runs
+/// every pipeline; once woken, member 0 enqueues nothing more for the pipelines it `lost`, then
+/// rejoins. When member 1 ran them all (s after the pause).
+async fn pause_past_session(
+    members: &[Member],
+    pipelines: usize,
+    lost: &[usize],
+    row: &mut Row,
+) -> Option<f64> {
     // WHEN member 0 is paused for twice the session timeout (8 s by default)
     signal(members[0].proc.pid(), "STOP");
     let paused = Instant::now();
     let took_over = loop {
-        if owned_by(&members[1], cfg.pipelines).len() == cfg.pipelines {
+        if owned_by(&members[1], pipelines).len() == pipelines {
             break Some(paused.elapsed().as_secs_f64());
         }
         if paused.elapsed() > Duration::from_secs(60) {
@@ -70,7 +107,7 @@ pub async fn paused_member(ctx: &Ctx) -> Vec<Row> {
     // until the group assigns one to it again: a take with a new epoch, which Apache Kafka's
     // rejoin can bring within seconds (sampled every 100 ms for 5 s)
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (stale, retaken) = stale_enqueues(&members[0], &lost, Duration::from_secs(5)).await;
+    let (stale, retaken) = stale_enqueues(&members[0], lost, Duration::from_secs(5)).await;
     say!(
         "group: after SIGCONT the paused member enqueued {stale} records for {lost:?} while \
          not owning them; retaken by it within 5 s: {retaken:?}"
@@ -80,18 +117,28 @@ pub async fn paused_member(ctx: &Ctx) -> Vec<Row> {
     });
     // AND it rejoins: one owner per pipeline across both again, both ready
     let refs: Vec<&Member> = members.iter().collect();
-    let rejoined = settled(&refs, cfg.pipelines, Duration::from_secs(60)).await;
+    let rejoined = settled(&refs, pipelines, Duration::from_secs(60)).await;
     // (503 until the group assigns it again: its session was lost)
     let ready = ready_says(&members[0], 200, "member").await.map(|_| 200);
     row.check(rejoined.is_some() && ready == Some(200), || {
         format!("not rejoined: owners {rejoined:?}, /readyz {ready:?}")
     });
+    took_over
+}
+
+/// A pipeline added to the configuration at `path` and SIGHUP to every member: it gets a slot,
+/// the control topic a partition (the member adds it: CreatePartitions), one member runs it,
+/// and its events arrive.
+async fn add_by_sighup(world: &World, path: &Path, members: &[Member], row: &mut Row) {
+    let (inst, cfg, client) = (&world.inst, &world.cfg, &world.client);
+    // (the control topic is the member's: it adds the partition the SIGHUP below needs)
+    let control = format!("__mongo_kafka_bridge.{}.group.faults", cfg.offsets_db());
     // WHEN a 5th pipeline is added to the file and both members get SIGHUP
     let grown = cfg.with_pipelines(cfg.pipelines + 1);
     create_topic_at(&inst.kafka, &grown.topic(cfg.pipelines), 1, &[]).await;
-    std::fs::write(&path, grown.toml()).expect("write config");
+    std::fs::write(path, grown.toml()).expect("write config");
     let reloaded = Instant::now();
-    for m in &members {
+    for m in members {
         signal(m.proc.pid(), "HUP");
     }
     // THEN it gets a slot, the control topic a partition, and one member runs it
@@ -130,38 +177,6 @@ pub async fn paused_member(ctx: &Ctx) -> Vec<Row> {
             v.missing, v.writes
         )
     });
-    for load in loads {
-        load.stop().await;
-    }
-    let (mut writes, mut unique, mut dups) = (0, 0, 0);
-    for (i, coll) in colls.iter().enumerate() {
-        let truth = Truth::read(coll).await;
-        let (v, _) = consumers[i]
-            .wait_complete(&truth, Duration::from_secs(120))
-            .await;
-        row.check(
-            v.missing == 0 && v.order_violations.is_empty() && v.unexpected == 0,
-            || {
-                format!(
-                    "p{i}: {} missing (first {:?}), order {:?}",
-                    v.missing, v.first_missing, v.order_violations
-                )
-            },
-        );
-        writes += v.writes;
-        unique += v.unique;
-        dups += v.duplicates;
-    }
-    for m in &mut members {
-        let status = m.proc.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("graceful stop: {status}"));
-    }
-    row.writes = Some(writes);
-    row.delivered = Some(unique);
-    row.missing = Some(writes - unique.min(writes));
-    row.duplicates = Some(dups);
-    row.finish("SIGSTOP 16 s".to_owned(), took_over, started);
-    vec![row]
 }
 
 /// Samples `member`'s enqueued records and ownership of `pipelines` every 100 ms for `span`:
