@@ -53,6 +53,7 @@ mod fuzz;
 mod group;
 mod outages;
 mod run;
+mod samples;
 mod secrets;
 mod security;
 mod stage;
@@ -119,12 +120,56 @@ async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_suite() {
-    let _alone = suite::suite_turn().await;
-    suite::since_start();
-    let long = suite::long_form();
-    let seed = std::env::var("MKB_FAULTS_SEED")
+/// The scenarios that stop, freeze or restart servers, each on instances of its own.
+async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
+    suite.run("kill9", "kill -9", crash::kill9(ctx)).await;
+    suite
+        .run("kafka", "Kafka frozen", outages::kafka_frozen(ctx))
+        .await;
+    suite
+        .run(
+            "mock",
+            "Kafka mock broker down",
+            outages::mock_broker_down(ctx),
+        )
+        .await;
+    suite
+        .run("mongo", "MongoDB restarted", outages::mongo_restart(ctx))
+        .await;
+    suite
+        .run("fence", "two instances", fencing::two_instances(ctx))
+        .await;
+    suite
+        .run("secrets", "secrets", async { secrets::secrets(ctx) })
+        .await;
+    if suite::default_broker() == "kafka" {
+        suite
+            .run(
+                "leader",
+                "Kafka: partition leader killed",
+                cluster::leader_killed(ctx),
+            )
+            .await;
+        suite
+            .run(
+                "security",
+                "Kafka security: SASL_SSL, TLS, ACLs",
+                security::security(ctx),
+            )
+            .await;
+        group_scenarios(suite, ctx).await;
+    } else {
+        say!(
+            "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
+             evicts a member killed with kill -9, ../shared/INFRA.md)"
+        );
+    }
+    exactly_once::run(suite, ctx).await;
+}
+
+/// `MKB_FAULTS_SEED`, else the clock's nanoseconds.
+fn seed() -> u64 {
+    std::env::var("MKB_FAULTS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -132,7 +177,15 @@ async fn fault_suite() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_nanos() as u64
-        });
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_suite() {
+    let _alone = suite::suite_turn().await;
+    suite::since_start();
+    let long = suite::long_form();
+    let seed = seed();
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -167,49 +220,7 @@ async fn fault_suite() {
         })
         .await;
     if managed {
-        suite.run("kill9", "kill -9", crash::kill9(&ctx)).await;
-        suite
-            .run("kafka", "Kafka frozen", outages::kafka_frozen(&ctx))
-            .await;
-        suite
-            .run(
-                "mock",
-                "Kafka mock broker down",
-                outages::mock_broker_down(&ctx),
-            )
-            .await;
-        suite
-            .run("mongo", "MongoDB restarted", outages::mongo_restart(&ctx))
-            .await;
-        suite
-            .run("fence", "two instances", fencing::two_instances(&ctx))
-            .await;
-        suite
-            .run("secrets", "secrets", async { secrets::secrets(&ctx) })
-            .await;
-        if suite::default_broker() == "kafka" {
-            suite
-                .run(
-                    "leader",
-                    "Kafka: partition leader killed",
-                    cluster::leader_killed(&ctx),
-                )
-                .await;
-            suite
-                .run(
-                    "security",
-                    "Kafka security: SASL_SSL, TLS, ACLs",
-                    security::security(&ctx),
-                )
-                .await;
-            group_scenarios(&mut suite, &ctx).await;
-        } else {
-            say!(
-                "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
-                 evicts a member killed with kill -9, ../shared/INFRA.md)"
-            );
-        }
-        exactly_once::run(&mut suite, &ctx).await;
+        server_scenarios(&mut suite, &ctx).await;
     } else {
         say!(
             "skipped the server scenarios (kill -9, outages, fencing, secrets): servers are \
