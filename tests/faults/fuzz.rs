@@ -218,96 +218,123 @@ fn hex(bytes: &[u8]) -> String {
 /// Feeds `n` random documents and `n` random/mutated byte buffers to `extjson::to_string` in
 /// both modes: no panic; every output parses as JSON; every valid document encodes; the
 /// canonical output of a valid document parses back to the same BSON.
-pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
-    let started = Instant::now();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut stats = [0usize; 4]; // buffers accepted by from_bytes, encoded ok, errors, roundtrip
-    let mut failures: Vec<String> = Vec::new();
-    let mut fail = |what: String| {
-        if failures.len() < 10 {
-            failures.push(what);
+/// What the fuzz saw: counts and the first failures.
+#[derive(Default)]
+struct Findings {
+    /// Damaged or random buffers `from_bytes` accepted.
+    accepted: usize,
+    /// Their encodings that succeeded, and those that failed (cleanly).
+    encoded: usize,
+    errors: usize,
+    /// Valid documents whose canonical output read back to them exactly.
+    round_trips: usize,
+    /// The first 10 failures.
+    failures: Vec<String>,
+}
+
+impl Findings {
+    fn fail(&mut self, what: String) {
+        if self.failures.len() < 10 {
+            self.failures.push(what);
         }
-    };
-    // Documents whose depth is around MAX_DEPTH: an error beyond it, never a stack overflow.
-    for depth in [
-        extjson::MAX_DEPTH - 1,
-        extjson::MAX_DEPTH,
-        extjson::MAX_DEPTH + 1,
-        5000,
-    ] {
-        let raw = nested_bytes(depth);
-        let raw = RawDocument::from_bytes(&raw).unwrap();
-        for r in encode_both(raw) {
-            match (depth <= extjson::MAX_DEPTH, r) {
-                // (serde_json stops at 128 levels, so count the objects instead)
-                (true, Ok(s))
-                    if s.matches('{').count() >= depth && s.ends_with(&"}".repeat(depth)) => {}
-                (false, Err(extjson::ExtJsonError::TooDeep)) => {}
-                (_, other) => fail(format!("depth {depth}: {:?}", other.map(|s| s.len()))),
+    }
+
+    /// Documents whose depth is around MAX_DEPTH: an error beyond it, never a stack overflow.
+    fn depths(&mut self) {
+        for depth in [
+            extjson::MAX_DEPTH - 1,
+            extjson::MAX_DEPTH,
+            extjson::MAX_DEPTH + 1,
+            5000,
+        ] {
+            let raw = nested_bytes(depth);
+            let raw = RawDocument::from_bytes(&raw).unwrap();
+            for r in encode_both(raw) {
+                match (depth <= extjson::MAX_DEPTH, r) {
+                    // (serde_json stops at 128 levels, so count the objects instead)
+                    (true, Ok(s))
+                        if s.matches('{').count() >= depth && s.ends_with(&"}".repeat(depth)) => {}
+                    (false, Err(extjson::ExtJsonError::TooDeep)) => {}
+                    (_, other) => self.fail(format!("depth {depth}: {:?}", other.map(|s| s.len()))),
+                }
             }
         }
     }
+
+    /// Valid document #`i`: both modes give JSON, and the canonical one reads back to `doc`.
+    fn valid(&mut self, i: usize, doc: &Document, raw: &RawDocumentBuf) {
+        let Ok(outputs) = std::panic::catch_unwind(|| encode_both(raw)) else {
+            self.fail(format!("panic on document #{i}: {}", hex(raw.as_bytes())));
+            return;
+        };
+        for (mode, out) in ["relaxed", "canonical"].iter().zip(outputs) {
+            match out {
+                Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
+                    Ok(json) if *mode == "canonical" => match Bson::try_from(json) {
+                        Ok(Bson::Document(back)) if same(&back, doc) => self.round_trips += 1,
+                        Ok(back) => self.fail(format!(
+                            "canonical output of document #{i} does not round-trip: {s} → {back:?}; input {}",
+                            hex(raw.as_bytes())
+                        )),
+                        Err(e) => self.fail(format!(
+                            "canonical output of document #{i} is not Extended JSON ({e}): {s}"
+                        )),
+                    },
+                    Ok(_) => {}
+                    Err(e) => self.fail(format!(
+                        "{mode} output of document #{i} is not JSON ({e}): {s}"
+                    )),
+                },
+                Err(e) => self.fail(format!(
+                    "valid document #{i} failed in {mode} mode: {e}; input {}",
+                    hex(raw.as_bytes())
+                )),
+            }
+        }
+    }
+
+    /// A damaged or random buffer: when `from_bytes` accepts it, valid JSON or a clean error.
+    fn buffer(&mut self, bytes: &[u8]) {
+        let Ok(doc) = RawDocument::from_bytes(bytes) else {
+            return;
+        };
+        self.accepted += 1;
+        let Ok(outputs) = std::panic::catch_unwind(|| encode_both(doc)) else {
+            self.fail(format!("panic on buffer: {}", hex(bytes)));
+            return;
+        };
+        for out in outputs {
+            match out {
+                Ok(s) => {
+                    self.encoded += 1;
+                    if serde_json::from_str::<serde_json::Value>(&s).is_err() {
+                        self.fail(format!("invalid JSON {s:?} from buffer {}", hex(bytes)));
+                    }
+                }
+                Err(_) => self.errors += 1,
+            }
+        }
+    }
+}
+
+pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut found = Findings::default();
+    found.depths();
     for i in 0..n {
         let doc = random_event(&mut rng);
         let raw = match RawDocumentBuf::from_document(&doc) {
             Ok(r) => r,
             Err(e) => panic!("generated document does not serialize: {e}: {doc:?}"),
         };
-        let outputs = std::panic::catch_unwind(|| encode_both(&raw));
-        match outputs {
-            Err(_) => fail(format!("panic on document #{i}: {}", hex(raw.as_bytes()))),
-            Ok(outputs) => {
-                for (mode, out) in ["relaxed", "canonical"].iter().zip(outputs) {
-                    match out {
-                        Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
-                            Ok(json) if *mode == "canonical" => match Bson::try_from(json) {
-                                Ok(Bson::Document(back)) if same(&back, &doc) => stats[3] += 1,
-                                Ok(back) => fail(format!(
-                                    "canonical output of document #{i} does not round-trip: {s} → {back:?}; input {}",
-                                    hex(raw.as_bytes())
-                                )),
-                                Err(e) => fail(format!(
-                                    "canonical output of document #{i} is not Extended JSON ({e}): {s}"
-                                )),
-                            },
-                            Ok(_) => {}
-                            Err(e) => fail(format!(
-                                "{mode} output of document #{i} is not JSON ({e}): {s}"
-                            )),
-                        },
-                        Err(e) => fail(format!(
-                            "valid document #{i} failed in {mode} mode: {e}; input {}",
-                            hex(raw.as_bytes())
-                        )),
-                    }
-                }
-            }
-        }
+        found.valid(i, &doc, &raw);
         // The same document damaged, and pure noise.
         for bytes in [
             mutate(&mut rng, raw.as_bytes().to_vec()),
             random_buffer(&mut rng),
         ] {
-            let Ok(doc) = RawDocument::from_bytes(&bytes) else {
-                continue;
-            };
-            stats[0] += 1;
-            match std::panic::catch_unwind(|| encode_both(doc)) {
-                Err(_) => fail(format!("panic on buffer: {}", hex(&bytes))),
-                Ok(outputs) => {
-                    for out in outputs {
-                        match out {
-                            Ok(s) => {
-                                stats[1] += 1;
-                                if serde_json::from_str::<serde_json::Value>(&s).is_err() {
-                                    fail(format!("invalid JSON {s:?} from buffer {}", hex(&bytes)));
-                                }
-                            }
-                            Err(_) => stats[2] += 1,
-                        }
-                    }
-                }
-            }
+            found.buffer(&bytes);
         }
     }
     let mut row = Row::new("extjson fuzz (both modes)");
@@ -316,16 +343,16 @@ pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
     say!(
         "extjson fuzz: seed {seed}: {n} documents ({} round-trip exactly in canonical mode), \
          {} damaged/random buffers accepted by from_bytes → {} encodings ok, {} errors; {:.1} s",
-        stats[3],
-        stats[0],
-        stats[1],
-        stats[2],
+        found.round_trips,
+        found.accepted,
+        found.encoded,
+        found.errors,
         row.seconds
     );
     assert!(
-        failures.is_empty(),
+        found.failures.is_empty(),
         "extjson fuzz (seed {seed}, MKB_FAULTS_SEED={seed} reproduces):\n{}",
-        failures.join("\n")
+        found.failures.join("\n")
     );
     row
 }

@@ -201,15 +201,25 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
     tls.properties = format!("\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{ca}\"");
     create_topic_at(&inst.kafka, &tls.topic(), 1, &[]).await;
     delivers(ctx, &mut row, &inst, &tls, None, "tls").await;
-    // WHEN the password is wrong, THEN check and run fail naming authentication, silently
-    // about the password
-    let (code, checked) = bridge(&path, &["check"], Some(WRONG), Duration::from_secs(120));
+    wrong_password(&mut row, &path, &out);
+    write_denied(ctx, &inst, (&sasl, &ca), &mut row).await;
+    let mut row = row.with_verdict(&v);
+    row.runs = "check, run over SASL_SSL and SSL, wrong password, no Write ACL".to_owned();
+    row.seconds = started.elapsed().as_secs_f64();
+    vec![row]
+}
+
+/// WHEN the password is wrong, THEN check and run (on the configuration at `path`) fail
+/// naming authentication, silently about the password; `out` (check's output with the right
+/// password) does not print it either.
+fn wrong_password(row: &mut Row, path: &Path, out: &str) {
+    let (code, checked) = bridge(path, &["check"], Some(WRONG), Duration::from_secs(120));
     let names_auth = |t: &str| t.to_ascii_lowercase().contains("authentication");
     row.check(code != 0 && names_auth(&checked), || {
         format!("check with a wrong password exited {code}:\n{checked}")
     });
     let (code, ran) = bridge(
-        &path,
+        path,
         &["--log-format", "json", "run", "--no-status"],
         Some(WRONG),
         Duration::from_secs(180),
@@ -224,9 +234,9 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
         )
     });
     for (what, text) in [
-        ("check", &checked),
-        ("run", &ran),
-        ("check (right password)", &out),
+        ("check", checked.as_str()),
+        ("run", ran.as_str()),
+        ("check (right password)", out),
     ] {
         for secret in [WRONG, PASSWORD] {
             row.check(!text.contains(secret), || {
@@ -234,15 +244,19 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
             });
         }
     }
-    // WHEN the user lacks Write on its topic, THEN run fails naming the authorization
-    let mut denied = Cfg::new(&inst.mongo_uri, &sasl, "denied");
-    denied.properties = sasl_properties(&ca);
+}
+
+/// WHEN the user lacks Write on its topic (over the SASL_SSL listener `sasl`, CA `ca`), THEN
+/// run fails naming the authorization.
+async fn write_denied(ctx: &Ctx, inst: &Instance, (sasl, ca): (&str, &str), row: &mut Row) {
+    let mut denied = Cfg::new(&inst.mongo_uri, sasl, "denied");
+    denied.properties = sasl_properties(ca);
     create_topic_at(&inst.kafka, &denied.topic(), 1, &[]).await;
     let acls: Vec<[String; 4]> = pipeline_acls(&denied.topic())
         .into_iter()
         .filter(|a| a[3] != "WRITE")
         .collect();
-    grant(ctx, &inst, &acls);
+    grant(ctx, inst, &acls);
     let client = inst.client().await;
     let coll = client.database(&denied.db).collection::<Document>(COLL);
     let denied_path = denied.write(&ctx.dir, "security-denied.toml");
@@ -265,8 +279,4 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
         exit.is_some_and(|s| !s.success()) && text.to_ascii_lowercase().contains("authoriz"),
         || format!("run without Write exited {exit:?}:\n{}", proc.log_tail(6)),
     );
-    let mut row = row.with_verdict(&v);
-    row.runs = "check, run over SASL_SSL and SSL, wrong password, no Write ACL".to_owned();
-    row.seconds = started.elapsed().as_secs_f64();
-    vec![row]
 }

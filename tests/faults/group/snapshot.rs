@@ -1,6 +1,7 @@
 //! `groupsnap`: a revocation in the middle of a snapshot: the next owner resumes after the
 //! committed progress and the topic holds every document.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
@@ -18,13 +19,12 @@ fn copied_in_this_run(log: &str) -> Option<u64> {
         .find_map(|v| v["copied_in_this_run"].as_u64())
 }
 
-pub async fn revoked_mid_snapshot(ctx: &Ctx) -> Vec<Row> {
-    const DOCS: i64 = 8_000;
-    let started = Instant::now();
-    let world = World::servers(ctx, "groupsnap", "groupsnap", 1, 1).await;
-    let World {
-        inst, cfg, client, ..
-    } = &world;
+const DOCS: i64 = 8_000;
+
+/// Seeds the collection with [`DOCS`] documents and writes the configuration (pipeline `p0`
+/// with an initial snapshot in batches of 200); its path.
+async fn seeded(ctx: &Ctx, world: &World) -> PathBuf {
+    let (cfg, client) = (&world.cfg, &world.client);
     let coll = client.database(&cfg.db).collection::<Document>("t0");
     for chunk in (0..DOCS).collect::<Vec<_>>().chunks(5000) {
         let docs: Vec<Document> = chunk
@@ -41,11 +41,15 @@ pub async fn revoked_mid_snapshot(ctx: &Ctx) -> Vec<Row> {
     );
     let path = ctx.dir.join("groupsnap.toml");
     std::fs::write(&path, text).expect("write config");
-    let mut row = Row::new("group: revoked in the middle of a snapshot");
-    // GIVEN member A copying the collection
-    let mut a = world.member(&path, "groupsnap-a.log");
-    let offsets = client
-        .database(&cfg.offsets_db())
+    path
+}
+
+/// The documents of the snapshot the offsets document of `p0` says are copied, once there
+/// are some (waited for 90 s; 0 without).
+async fn committed_copy(world: &World) -> i64 {
+    let offsets = world
+        .client
+        .database(&world.cfg.offsets_db())
         .collection::<Document>("offsets");
     let copied = |d: &Document| -> i64 {
         d.get_document("snapshot")
@@ -67,6 +71,18 @@ pub async fn revoked_mid_snapshot(ctx: &Ctx) -> Vec<Row> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    progress
+}
+
+pub async fn revoked_mid_snapshot(ctx: &Ctx) -> Vec<Row> {
+    let started = Instant::now();
+    let world = World::servers(ctx, "groupsnap", "groupsnap", 1, 1).await;
+    let (inst, cfg) = (&world.inst, &world.cfg);
+    let path = seeded(ctx, &world).await;
+    let mut row = Row::new("group: revoked in the middle of a snapshot");
+    // GIVEN member A copying the collection
+    let mut a = world.member(&path, "groupsnap-a.log");
+    let progress = committed_copy(&world).await;
     row.check(progress > 0 && progress < DOCS, || {
         format!("A's committed copy progress was {progress}")
     });
