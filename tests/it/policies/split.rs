@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
+use mongodb::change_stream::ChangeStream;
 
 use crate::common::bridge::start_bridge;
 use crate::common::collect::{operation_types, records};
@@ -15,6 +16,8 @@ use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(30);
+/// The size of each large field: two make an event over 16 MB.
+const MB6: usize = 6 * 1024 * 1024;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
@@ -44,7 +47,7 @@ async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
     wait_offsets(&client, &db, name, WAIT, |d| d.contains_key("resumeToken")).await;
     // (our own stream, to see the fragments the server makes)
     let docs = database.collection::<Document>("docs");
-    let mut witness = docs
+    let witness = docs
         .watch()
         .pipeline([doc! { "$changeStreamSplitLargeEvent": {} }])
         .full_document(mongodb::options::FullDocumentType::Required)
@@ -54,7 +57,6 @@ async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
         .unwrap()
         .with_type::<Document>();
     // WHEN a ~6 MB document is inserted and another ~6 MB field is set on it
-    const MB6: usize = 6 * 1024 * 1024;
     docs.insert_one(doc! { "_id": 1, "x": "a".repeat(MB6) })
         .await
         .unwrap();
@@ -62,6 +64,38 @@ async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
         .await
         .unwrap();
     // THEN the server split the update (2 or more fragments: 3 on SecantusDB)
+    let fragments = update_fragments(witness).await;
+    // AND the bridge delivered exactly one record for it, with every part of the event
+    wait_offsets(&client, &db, name, Duration::from_secs(60), |d| {
+        events_committed(d) == 2
+    })
+    .await;
+    let records = records(&topic, 2, WAIT).await;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    let ops = operation_types(&records);
+    assert_eq!(ops, vec!["insert", "update"]);
+    let update = &records[1];
+    let value = update.json();
+    check_every_part(&value);
+    // AND its position is the last fragment's token
+    let last = fragments.last().unwrap().get_str("_data").unwrap();
+    assert_eq!(update.header("mongo.resume_token"), Some(last));
+    assert_eq!(value["_id"]["_data"], last);
+    // AND resuming from the committed token yields the next event, not a fragment
+    docs.insert_one(doc! { "_id": 2 }).await.unwrap();
+    let offsets = offsets_doc(&client, &db, name).await.unwrap();
+    let next = first_event_after(&client, &db, "docs", &offsets, true).await;
+    assert_eq!(next.get_str("operationType").unwrap(), "insert");
+    assert_eq!(
+        next.get_document("documentKey").unwrap(),
+        &doc! { "_id": 2 }
+    );
+}
+
+/// The resume tokens of the update's fragments, read from `witness` (its own stream with
+/// `$changeStreamSplitLargeEvent`) until the last one; at least 2.
+async fn update_fragments(mut witness: ChangeStream<Document>) -> Vec<Document> {
     let mut fragments = Vec::new();
     let deadline = Instant::now() + WAIT;
     while Instant::now() < deadline {
@@ -87,18 +121,12 @@ async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
         "the update was not split: {}",
         fragments.len()
     );
-    // AND the bridge delivered exactly one record for it, with every part of the event
-    wait_offsets(&client, &db, name, Duration::from_secs(60), |d| {
-        events_committed(d) == 2
-    })
-    .await;
-    let records = records(&topic, 2, WAIT).await;
-    bridge.shutdown();
-    bridge.wait().await.unwrap();
-    let ops = operation_types(&records);
-    assert_eq!(ops, vec!["insert", "update"]);
-    let update = &records[1];
-    let value = update.json();
+    fragments
+}
+
+/// The record has every part of the event: both images and the update's field, whole, and no
+/// fragment marker.
+fn check_every_part(value: &serde_json::Value) {
     assert_eq!(value["fullDocument"]["x"].as_str().unwrap().len(), MB6);
     assert_eq!(value["fullDocument"]["y"].as_str().unwrap().len(), MB6);
     assert_eq!(
@@ -117,17 +145,4 @@ async fn c10_c11_a_split_update_is_reassembled_into_one_record() {
     );
     assert!(value["fullDocumentBeforeChange"].get("y").is_none());
     assert!(value.get("splitEvent").is_none(), "fragment marker leaked");
-    // AND its position is the last fragment's token
-    let last = fragments.last().unwrap().get_str("_data").unwrap();
-    assert_eq!(update.header("mongo.resume_token"), Some(last));
-    assert_eq!(value["_id"]["_data"], last);
-    // AND resuming from the committed token yields the next event, not a fragment
-    docs.insert_one(doc! { "_id": 2 }).await.unwrap();
-    let offsets = offsets_doc(&client, &db, name).await.unwrap();
-    let next = first_event_after(&client, &db, "docs", &offsets, true).await;
-    assert_eq!(next.get_str("operationType").unwrap(), "insert");
-    assert_eq!(
-        next.get_document("documentKey").unwrap(),
-        &doc! { "_id": 2 }
-    );
 }
