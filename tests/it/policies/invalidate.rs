@@ -47,6 +47,17 @@ fn reopened<const N: usize>(name: &str, events: [(&str, String); N]) -> Vec<(Str
     out
 }
 
+/// The write after the invalidate (`_id: 2`) arrived exactly once, and pipeline `name`'s
+/// stream was reopened after the invalidate.
+fn assert_followed(records: &[Received], metrics: &Metrics, name: &str) {
+    let after = records
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(key_of(2).as_str()));
+    assert_eq!(after.count(), 1);
+    let reopened = restarts(metrics, name);
+    assert!(reopened >= 1.0, "{reopened}");
+}
+
 /// A pipeline of its own on a fresh database, its records on a topic of one partition.
 struct Watched {
     db: String,
@@ -135,13 +146,8 @@ async fn c07_rename_is_published_and_a_recreated_collection_is_followed() {
         serde_json::json!({"db": db, "coll": "orders_old"})
     );
     // AND the write after the invalidate arrives exactly once (startAfter, not a replay)
-    let after = records
-        .iter()
-        .filter(|r| r.key.as_deref() == Some(key_of(2).as_str()));
-    assert_eq!(after.count(), 1);
     // AND the stream was reopened after the invalidate, never treated as fatal
-    let reopened = restarts(&metrics, name);
-    assert!(reopened >= 1.0, "{reopened}");
+    assert_followed(&records, &metrics, name);
     assert_eq!(counter(&metrics, ERRORS, name, &[("class", "fatal")]), 0.0);
     if records.len() > 4 {
         eprintln!(
@@ -183,10 +189,5 @@ async fn c07_drop_database_on_a_database_pipeline_is_published_and_followed() {
         ],
     );
     assert_eq!(first_occurrences(&records), expected);
-    let after = records
-        .iter()
-        .filter(|r| r.key.as_deref() == Some(key_of(2).as_str()));
-    assert_eq!(after.count(), 1);
-    let reopened = restarts(&metrics, name);
-    assert!(reopened >= 1.0, "{reopened}");
+    assert_followed(&records, &metrics, name);
 }
