@@ -1,9 +1,14 @@
 //! What a `read_committed` consumer must see of an exactly-once run, recorded in a scenario's
 //! row: every event once, nothing else, per-document order, as many records as events; a
-//! long-lived consumer the same as a fresh read; and the records of aborted transactions.
+//! long-lived consumer the same as a fresh read; the records of aborted transactions; and
+//! the wait for the bridge to commit again after a pause or an outage.
 
 use std::time::{Duration, Instant};
 
+use mongodb::Client;
+
+use crate::common::bridge::BridgeProc;
+use crate::common::config::Cfg;
 use crate::common::kafka::Isolation;
 use crate::common::load::Truth;
 use crate::common::records::{Consumer, EventId, Rec, read};
@@ -145,4 +150,16 @@ pub async fn check_sequence(row: &mut Row, bootstrap: &str, offsets_db: &str) {
             repeats.join("; ")
         )
     });
+}
+
+/// Waits (up to 120 s, while `proc` runs) until the offsets document's `commitSequence` is
+/// past `frozen_at`: the bridge commits again after a pause or an outage.
+pub async fn wait_commit_after(cfg: &Cfg, client: &Client, proc: &mut BridgeProc, frozen_at: i64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cfg.commit_sequence(client).await <= frozen_at
+        && Instant::now() < deadline
+        && proc.running()
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

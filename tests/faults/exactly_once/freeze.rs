@@ -18,7 +18,7 @@ use crate::common::kafka::Isolation;
 use crate::common::load::{Truth, start_load};
 use crate::common::records::{Rec, read};
 use crate::exactly_once::checks::{
-    aborted, check_exactly_once, check_follower, check_sequence, wait_committed,
+    aborted, check_exactly_once, check_follower, check_sequence, wait_commit_after, wait_committed,
 };
 use crate::exactly_once::evidence::{
     data_layout, landed_after_abort, progress_layout, progress_records, transactions, warnings,
@@ -135,13 +135,7 @@ async fn freeze_once(
     let thawed = Instant::now();
     // Running again: the committed position moves (up to 120 s).
     let frozen_at = cfg.commit_sequence(client).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cfg.commit_sequence(client).await <= frozen_at
-        && Instant::now() < deadline
-        && proc.running()
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_commit_after(cfg, client, proc, frozen_at).await;
     let recovered = thawed.elapsed().as_secs_f64();
     let moved = cfg.commit_sequence(client).await > frozen_at;
     row.check(proc.running(), || {

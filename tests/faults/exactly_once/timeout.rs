@@ -11,13 +11,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::bridge::signal;
+use crate::common::bridge::{BridgeProc, signal};
 use crate::common::kafka::Isolation;
 use crate::common::load::{Truth, start_load};
 use crate::common::records::{Consumer, read};
-use crate::exactly_once::checks::{aborted, check_exactly_once, check_follower, wait_committed};
+use crate::exactly_once::checks::{
+    aborted, check_exactly_once, check_follower, wait_commit_after, wait_committed,
+};
 use crate::exactly_once::evidence::transactions;
 use crate::say;
+use crate::stage::Stage;
 use crate::suite::{Ctx, Row};
 
 const TRANSACTION_TIMEOUT_MS: u64 = 8000;
@@ -32,7 +35,7 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
     ));
     let timeout = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
     let stage = super::stage(ctx, "eostimeout", "eostimeout", 20, &timeout, "").await;
-    let (inst, cfg, client, coll) = stage.parts();
+    let (inst, cfg, _, coll) = stage.parts();
     let topic = cfg.topic();
     let follower = Consumer::read_committed(&inst.kafka, &topic);
     let (mut proc, addr) = stage.start("eostimeout.log").await;
@@ -45,30 +48,8 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
     while pauses < 3 {
         pauses += 1;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        // WHEN the bridge is paused longer than transaction.timeout.ms, and woken
-        signal(proc.pid(), "STOP");
-        tokio::time::sleep(PAUSE).await;
-        let frozen_at = cfg.commit_sequence(client).await;
-        signal(proc.pid(), "CONT");
-        let woken = Instant::now();
-        // THEN it commits again on its own
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while cfg.commit_sequence(client).await <= frozen_at
-            && Instant::now() < deadline
-            && proc.running()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        recoveries.push(woken.elapsed().as_secs_f64());
-        row.check(cfg.commit_sequence(client).await > frozen_at, || {
-            format!(
-                "no commit within 120 s after the pause\n{}",
-                proc.log_tail(10)
-            )
-        });
-        let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
-        let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
-        let aborted = aborted(&uncommitted, &committed).len();
+        let (recovered, aborted) = pause_once(&stage, &mut proc, &mut row).await;
+        recoveries.push(recovered);
         say!("eostimeout: pause {pauses}: {aborted} aborted records so far");
         if aborted > 0 || !proc.running() {
             break;
@@ -121,4 +102,29 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
         stage.started,
     );
     vec![row]
+}
+
+/// Pauses the bridge longer than `transaction.timeout.ms` and wakes it: it commits again on its
+/// own (within 120 s). The seconds from the wake-up until then, and the aborted records so far.
+async fn pause_once(stage: &Stage, proc: &mut BridgeProc, row: &mut Row) -> (f64, usize) {
+    let (inst, cfg, client, _) = stage.parts();
+    let topic = cfg.topic();
+    // WHEN the bridge is paused longer than transaction.timeout.ms, and woken
+    signal(proc.pid(), "STOP");
+    tokio::time::sleep(PAUSE).await;
+    let frozen_at = cfg.commit_sequence(client).await;
+    signal(proc.pid(), "CONT");
+    let woken = Instant::now();
+    // THEN it commits again on its own
+    wait_commit_after(cfg, client, proc, frozen_at).await;
+    let recovered = woken.elapsed().as_secs_f64();
+    row.check(cfg.commit_sequence(client).await > frozen_at, || {
+        format!(
+            "no commit within 120 s after the pause\n{}",
+            proc.log_tail(10)
+        )
+    });
+    let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
+    let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
+    (recovered, aborted(&uncommitted, &committed).len())
 }
