@@ -3,12 +3,13 @@
 //! pipeline, and a forced reset of a pipeline the group still assigns is taken again.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bson::Document;
 
 use crate::common::bridge::bridge_cli;
-use crate::group::{World, owned_by, owned_eventually, ready_says, settled};
+use crate::group::{Member, World, owned_by, owned_eventually, ready_says, settled};
 use crate::say;
 use crate::suite::{Ctx, Row};
 
@@ -25,9 +26,6 @@ pub async fn disagreeing_configs(ctx: &Ctx) -> Vec<Row> {
     let ran = settled(&[&a], 2, Duration::from_secs(60)).await;
     row.check(ran.is_some(), || "member A never ran p0 and p1".into());
     a.proc.kill9();
-    let epoch = |docs: &BTreeMap<String, Document>, name: &str| {
-        docs.get(name).and_then(|d| d.get_i64("epoch").ok())
-    };
     let before = cfg.offsets(client).await;
     // WHEN member B starts with p1's filter changed and a new p2
     let newer = cfg
@@ -73,8 +71,24 @@ pub async fn disagreeing_configs(ctx: &Ctx) -> Vec<Row> {
         refused.map(|b| b.replace('\n', " | ")),
         unknown.map(|b| b.replace('\n', " | "))
     );
+    forced_reset_retaken(&world, &old, &a2, &mut row).await;
+    drop(a2);
+    row.runs = "refused stream, unknown slot".to_owned();
+    row.seconds = started.elapsed().as_secs_f64();
+    vec![row]
+}
+
+/// The `epoch` of pipeline `name`'s offsets document in `docs`.
+fn epoch(docs: &BTreeMap<String, Document>, name: &str) -> Option<i64> {
+    docs.get(name).and_then(|d| d.get_i64("epoch").ok())
+}
+
+/// WHEN an operator forces a reset of p0 while `a2` runs it (configuration `old`), THEN `a2`,
+/// to which the group still assigns it, takes it again after a session timeout.
+async fn forced_reset_retaken(world: &World, old: &Path, a2: &Member, row: &mut Row) {
+    let (cfg, client) = (&world.cfg, &world.client);
     // WHEN an operator forces a reset of p0 while A runs it (the lease is live)
-    let (code, _, stderr) = bridge_cli(&["offsets", "reset", "p0", "--to-now", "--force"], &old);
+    let (code, _, stderr) = bridge_cli(&["offsets", "reset", "p0", "--to-now", "--force"], old);
     row.check(code == Some(0), || {
         format!("offsets reset --force: {code:?} {stderr}")
     });
@@ -83,7 +97,7 @@ pub async fn disagreeing_configs(ctx: &Ctx) -> Vec<Row> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let retaken = loop {
         let now = epoch(&cfg.offsets(client).await, "p0").unwrap_or(0);
-        if now > reset_epoch && owned_by(&a2, 3).contains(&0) {
+        if now > reset_epoch && owned_by(a2, 3).contains(&0) {
             break Some(now);
         }
         if Instant::now() > deadline {
@@ -97,8 +111,4 @@ pub async fn disagreeing_configs(ctx: &Ctx) -> Vec<Row> {
     row.check(retaken.is_some(), || {
         "p0 was never taken again after a forced reset".into()
     });
-    drop(a2);
-    row.runs = "refused stream, unknown slot".to_owned();
-    row.seconds = started.elapsed().as_secs_f64();
-    vec![row]
 }
