@@ -76,6 +76,34 @@ fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> i32 {
     }
 }
 
+/// Waits (120 s from `killed`) until another node than `leader` leads partition 0 of `topic`,
+/// the bridge delivers again (`delivering`) and the broker has been down [`DOWN`] at least.
+/// The controller fences the dead broker after `broker.session.timeout.ms`, 9 s by default,
+/// and elects new leaders then. When it delivered again (s after the kill), and the leader.
+async fn failed_over(
+    bootstrap: &str,
+    topic: &str,
+    leader: i32,
+    killed: Instant,
+    delivering: impl Fn() -> bool,
+) -> (Option<f64>, i32) {
+    let mut again = None;
+    let mut new_leader = leader;
+    let deadline = killed + Duration::from_secs(120);
+    while (again.is_none() || new_leader == leader || killed.elapsed() < DOWN)
+        && Instant::now() < deadline
+    {
+        if again.is_none() && delivering() {
+            again = Some(killed.elapsed().as_secs_f64());
+        }
+        if new_leader == leader {
+            new_leader = tokio::task::block_in_place(|| leader_of(bootstrap, topic, 0));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (again, new_leader)
+}
+
 pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let mut row = Row::new("Kafka: partition leader killed (3 brokers, acks=all)");
@@ -109,22 +137,10 @@ pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
     let killed = Instant::now();
     inst.services(&["kill", &format!("kafka{leader}")]);
     say!("leader: killed node {leader}, the leader of {topic}[0], under {RATE} writes/s");
-    // (the controller fences the dead broker after `broker.session.timeout.ms`, 9 s by
-    // default, and elects new leaders then: waited for, with a generous deadline)
-    let mut again = None;
-    let mut new_leader = leader;
-    let deadline = killed + Duration::from_secs(120);
-    while (again.is_none() || new_leader == leader || killed.elapsed() < DOWN)
-        && Instant::now() < deadline
-    {
-        if again.is_none() && delivered(&addr) > before + f64::from(RATE) {
-            again = Some(killed.elapsed().as_secs_f64());
-        }
-        if new_leader == leader {
-            new_leader = tokio::task::block_in_place(|| leader_of(&inst.kafka, &topic, 0));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (again, new_leader) = failed_over(&inst.kafka, &topic, leader, killed, || {
+        delivered(&addr) > before + f64::from(RATE)
+    })
+    .await;
     inst.services(&["restart", &format!("kafka{leader}")]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (acked, errors) = load.stop().await;
