@@ -18,9 +18,13 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::config::{COLL, Cfg};
+use crate::common::load::{Truth, prepare_update_keys, start_load};
+use crate::common::observe::{fetch, metric_sum};
+use crate::common::records::Consumer;
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const RATE: u32 = 200;
 /// How long the killed broker stays down at least.
@@ -72,19 +76,38 @@ fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> i32 {
     }
 }
 
-/// The sum of the samples of `name` in a Prometheus text.
-fn total(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// Waits (120 s from `killed`) until another node than `leader` leads partition 0 of `topic`,
+/// the bridge delivers again (`delivering`) and the broker has been down [`DOWN`] at least.
+/// The controller fences the dead broker after `broker.session.timeout.ms`, 9 s by default,
+/// and elects new leaders then. When it delivered again (s after the kill), and the leader.
+async fn failed_over(
+    bootstrap: &str,
+    topic: &str,
+    leader: i32,
+    killed: Instant,
+    delivering: impl Fn() -> bool,
+) -> (Option<f64>, i32) {
+    let mut again = None;
+    let mut new_leader = leader;
+    let deadline = killed + Duration::from_secs(120);
+    while (again.is_none() || new_leader == leader || killed.elapsed() < DOWN)
+        && Instant::now() < deadline
+    {
+        if again.is_none() && delivering() {
+            again = Some(killed.elapsed().as_secs_f64());
+        }
+        if new_leader == leader {
+            new_leader = tokio::task::block_in_place(|| leader_of(bootstrap, topic, 0));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (again, new_leader)
 }
 
 pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let mut row = Row::new("Kafka: partition leader killed (3 brokers, acks=all)");
-    let inst = Instance::up_with(&ctx.script, &ctx.instance("leader"), &["--brokers", "3"]);
+    let inst = ctx.up("leader", &["--brokers", "3"]);
     if inst.nodes != 3 {
         row.check(false, || format!("{} Kafka node(s), not 3", inst.nodes));
         return vec![row];
@@ -106,31 +129,19 @@ pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
     // WHEN the leader of partition 0 is killed, and comes back after 10 s
     let leader = tokio::task::block_in_place(|| leader_of(&inst.kafka, &topic, 0));
     let delivered = |addr: &str| {
-        http_get(addr, "/metrics").map_or(0.0, |(_, m)| {
-            total(&m, "mongo_kafka_bridge_kafka_messages_delivered_total")
+        fetch(addr, "/metrics").map_or(0.0, |(_, m)| {
+            metric_sum(&m, "mongo_kafka_bridge_kafka_messages_delivered_total", &[])
         })
     };
     let before = delivered(&addr);
     let killed = Instant::now();
-    inst.services_ok(&["kill", &format!("kafka{leader}")]);
+    inst.services(&["kill", &format!("kafka{leader}")]);
     say!("leader: killed node {leader}, the leader of {topic}[0], under {RATE} writes/s");
-    // (the controller fences the dead broker after `broker.session.timeout.ms`, 9 s by
-    // default, and elects new leaders then: waited for, with a generous deadline)
-    let mut again = None;
-    let mut new_leader = leader;
-    let deadline = killed + Duration::from_secs(120);
-    while (again.is_none() || new_leader == leader || killed.elapsed() < DOWN)
-        && Instant::now() < deadline
-    {
-        if again.is_none() && delivered(&addr) > before + f64::from(RATE) {
-            again = Some(killed.elapsed().as_secs_f64());
-        }
-        if new_leader == leader {
-            new_leader = tokio::task::block_in_place(|| leader_of(&inst.kafka, &topic, 0));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    inst.services_ok(&["restart", &format!("kafka{leader}")]);
+    let (again, new_leader) = failed_over(&inst.kafka, &topic, leader, killed, || {
+        delivered(&addr) > before + f64::from(RATE)
+    })
+    .await;
+    inst.services(&["restart", &format!("kafka{leader}")]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (acked, errors) = load.stop().await;
     // THEN every event is delivered in order, and the process is still running
@@ -148,18 +159,7 @@ pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
         v.missing,
         v.duplicates
     );
-    row.check(v.missing == 0, || {
-        format!(
-            "{} of {} events missing, first {:?}",
-            v.missing, v.writes, v.first_missing
-        )
-    });
-    row.check(v.order_violations.is_empty(), || {
-        format!("per-document order broken: {:?}", v.order_violations)
-    });
-    row.check(v.unexpected == 0, || {
-        format!("{} records of events MongoDB does not have", v.unexpected)
-    });
+    row.check_sound(&v);
     row.check(new_leader != leader, || {
         format!("node {leader} still leads partition 0 after its kill")
     });
@@ -169,8 +169,10 @@ pub async fn leader_killed(ctx: &Ctx) -> Vec<Row> {
     let status = proc.stop(Duration::from_secs(30));
     row.check(status.success(), || format!("graceful stop: {status}"));
     let mut row = row.with_verdict(&v);
-    row.runs = format!("node {leader} killed for {} s", DOWN.as_secs());
-    row.recovery_s = again;
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(
+        format!("node {leader} killed for {} s", DOWN.as_secs()),
+        again,
+        started,
+    );
     vec![row]
 }

@@ -8,18 +8,20 @@
 //! slowed from 150 to 10 writes/s after ~60 kills in an earlier long run, and noida-db keeps
 //! every record in memory. One result row per block.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bson::Document;
-use mongodb::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::load::{Load, Truth, start_load};
+use crate::common::mongo::committed_time;
+use crate::common::records::Consumer;
+use crate::common::verdict::{Verdict, verify};
+use crate::run::{Run, stalled};
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 const MAX_IN_FLIGHT: usize = 1000;
 const RATE: u32 = 300;
@@ -40,30 +42,27 @@ pub async fn kill9(ctx: &Ctx) -> Vec<Row> {
 
 /// One block: `kills` kills on a fresh server instance, then the catch-up and the checks.
 async fn block(ctx: &Ctx, b: usize, kills: usize, label: &str) -> Row {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance(&format!("kill9-{b}")), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "kill9");
-    cfg.bridge = format!("max_in_flight_events = {MAX_IN_FLIGHT}");
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let mut run = Run::start(ctx, b, cfg, client).await;
-    let load = start_load(coll.clone(), RATE, 20, 0);
+    let name = format!("kill9-{b}");
+    let stage = Stage::up(ctx, &name, "kill9", 20, |cfg| {
+        cfg.bridge = format!("max_in_flight_events = {MAX_IN_FLIGHT}");
+    })
+    .await;
+    let consumer = stage.consumer();
+    let mut run = Crash::start(ctx, name, &stage).await;
+    let load = start_load(stage.coll.clone(), RATE, 20, 0);
     // Block 0 uses the seed itself: the short form kills at the moments it always did.
     let mut rng = StdRng::seed_from_u64(ctx.seed.wrapping_add(b as u64));
     run.kill_loop(kills, &load, &mut rng).await;
     let (acked, errors) = load.stop().await;
     run.respawn();
     let restarted = Instant::now();
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(&stage.coll).await;
     let done = run.catch_up(&consumer, &truth).await;
     // Late duplicates still on their way.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let v = verify(&truth, &consumer.snapshot());
-    let status = run.proc.stop(Duration::from_secs(30));
-    run.restarts += run.proc.restarts();
+    let status = run.run.proc.stop(Duration::from_secs(30));
+    run.restarts += run.run.proc.restarts();
     let recovery = done.duration_since(restarted).as_secs_f64();
     let bound = (kills + run.restarts) * (MAX_IN_FLIGHT + RATE as usize);
     say!(
@@ -71,8 +70,8 @@ async fn block(ctx: &Ctx, b: usize, kills: usize, label: &str) -> Row {
          five kills), {} in-process restarts, {acked} writes ({errors} retried) → {} events, \
          {} delivered, {} missing, {} duplicates (bound {bound}); caught up {recovery:.1} s \
          after the last restart",
-        run.name,
-        run.forced,
+        run.run.name,
+        run.run.forced,
         run.restarts,
         v.writes,
         v.unique,
@@ -84,23 +83,13 @@ async fn block(ctx: &Ctx, b: usize, kills: usize, label: &str) -> Row {
     row.check(status.success(), || {
         format!("graceful stop after the kills: {status}")
     });
-    row.runs = format!("{kills} kills");
-    row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(format!("{kills} kills"), Some(recovery), stage.started);
     row
 }
 
-/// The bridge processes of one block, one after another, and what their kills left behind.
-struct Run {
-    /// `kill9-<block>`: progress lines and log files (`<name>-<instance #>.log`).
-    name: String,
-    dir: PathBuf,
-    cfg: Cfg,
-    client: Client,
-    config: PathBuf,
-    proc: BridgeProc,
-    /// Every instance started, in order (instance #i logs to `<name>-<i>.log`).
-    pids: Vec<u32>,
+/// The bridge processes of one block, and what their kills left behind.
+struct Crash<'a> {
+    run: Run<'a>,
     /// The committed clusterTime right after each kill or exit: what the next instance
     /// resumes after.
     committed: Vec<(u32, u32)>,
@@ -108,39 +97,21 @@ struct Run {
     restarts: usize,
     /// Instances that stopped without being killed.
     spontaneous: Vec<String>,
-    /// Kills after the progress guard waited for a commit.
-    forced: usize,
 }
 
-impl Run {
+impl<'a> Crash<'a> {
     /// Starts the first instance and waits for its first commit.
-    async fn start(ctx: &Ctx, b: usize, cfg: Cfg, client: Client) -> Self {
-        let name = format!("kill9-{b}");
-        let config = cfg.write(&ctx.dir, &format!("{name}.toml"));
-        let proc = BridgeProc::spawn(&config, ctx.dir.join(format!("{name}-0.log")));
-        cfg.wait_started(&client, Duration::from_secs(60)).await;
+    async fn start(ctx: &Ctx, name: String, stage: &'a Stage) -> Self {
         Self {
-            pids: vec![proc.pid()],
-            name,
-            dir: ctx.dir.clone(),
-            cfg,
-            client,
-            config,
-            proc,
+            run: Run::start(ctx, name, stage).await,
             committed: Vec::new(),
             restarts: 0,
             spontaneous: Vec::new(),
-            forced: 0,
         }
     }
 
-    /// Starts the next instance.
     fn respawn(&mut self) {
-        let log = self
-            .dir
-            .join(format!("{}-{}.log", self.name, self.pids.len()));
-        self.proc = BridgeProc::spawn(&self.config, log);
-        self.pids.push(self.proc.pid());
+        self.run.respawn();
     }
 
     /// Kills at random moments, restarting after each but the last.
@@ -151,22 +122,22 @@ impl Run {
                 self.wait_for_commit().await;
             }
             tokio::time::sleep(Duration::from_millis(rng.random_range(200..1500))).await;
-            if !self.proc.running() {
+            if !self.run.proc.running() {
                 self.exited_by_itself(&format!("before kill {}", k + 1))
                     .await;
                 self.respawn();
                 continue;
             }
-            self.proc.kill9();
+            self.run.proc.kill9();
             k += 1;
-            self.restarts += self.proc.restarts();
-            let doc = self.cfg.offsets(&self.client).await;
+            self.restarts += self.run.proc.restarts();
+            let doc = self.run.stage.cfg.offsets(&self.run.stage.client).await;
             let ts = committed_time(&doc.expect("offsets document"));
             self.committed.push(ts);
             if k % 10 == 0 {
                 say!(
                     "{}: {k} kills, {} writes so far, committed clusterTime {}.{}",
-                    self.name,
+                    self.run.name,
                     load.acked.load(Ordering::Relaxed),
                     ts.0,
                     ts.1
@@ -181,60 +152,47 @@ impl Run {
     /// Progress guard: the committed position has not moved over the last five kills (a slow
     /// server makes every instance die before its first commit).
     fn stalled(&self, load: &Load) -> bool {
-        let n = self.committed.len();
-        n >= 5
-            && self.committed[n - 5..]
-                .iter()
-                .all(|t| *t == self.committed[n - 5])
-            && load.acked.load(Ordering::Relaxed) > 0
+        stalled(&self.committed) && load.acked.load(Ordering::Relaxed) > 0
     }
 
     /// Lets the running instance commit progress first (up to 30 s); it then dies at its
     /// random moment.
     async fn wait_for_commit(&mut self) {
         let from = self.committed.last().copied().unwrap_or((0, 0));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline && self.proc.running() {
-            let now = committed_time(&self.cfg.offsets(&self.client).await.unwrap_or_default());
-            if now > from {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.forced += 1;
+        self.run.wait_for_commit(from, committed_time).await;
     }
 
     /// The instance stopped by itself: records why and who holds the pipeline (the data
     /// checks still apply; the row fails on this).
     async fn exited_by_itself(&mut self, when: &str) {
-        let doc = self.cfg.offsets(&self.client).await.unwrap_or_default();
+        let doc = self.run.offsets().await;
         let owner = doc.get_str("owner").unwrap_or("?").to_owned();
         let owner_pid: Option<u32> = owner.split(':').nth(1).and_then(|p| p.parse().ok());
-        let who = match owner_pid.and_then(|p| self.pids.iter().position(|x| *x == p)) {
-            Some(i) if i + 1 == self.pids.len() => "itself".to_owned(),
-            Some(i) => format!("instance #{i} (pid {}, killed earlier)", self.pids[i]),
+        let who = match owner_pid.and_then(|p| self.run.pids.iter().position(|x| *x == p)) {
+            Some(i) if i + 1 == self.run.pids.len() => "itself".to_owned(),
+            Some(i) => format!("instance #{i} (pid {}, killed earlier)", self.run.pids[i]),
             None => "an unknown process".to_owned(),
         };
-        let text = self.proc.log_text();
+        let text = self.run.proc.log_text();
         let line = text
             .lines()
             .rev()
             .find(|l| l.starts_with("error:"))
             .unwrap_or("(no error line)");
         let epoch = doc.get_i64("epoch").ok();
-        let instance = self.pids.len() - 1;
+        let instance = self.run.pids.len() - 1;
         say!(
             "{}: instance #{instance} (pid {}) exited {:?} {when}: {line}; the offsets document \
              (epoch {epoch:?}) is owned by {who}",
-            self.name,
-            self.proc.pid(),
-            self.proc.exit,
+            self.run.name,
+            self.run.proc.pid(),
+            self.run.proc.exit,
         );
         self.spontaneous.push(format!(
             "instance #{instance} exited {:?} {when} ({line}); epoch {epoch:?} owned by {who}",
-            self.proc.exit,
+            self.run.proc.exit,
         ));
-        self.restarts += self.proc.restarts();
+        self.restarts += self.run.proc.restarts();
         self.committed.push(committed_time(&doc));
     }
 
@@ -247,7 +205,7 @@ impl Run {
             if v.missing == 0 || Instant::now() > deadline {
                 return done;
             }
-            if !self.proc.running() {
+            if !self.run.proc.running() {
                 self.exited_by_itself("after the last kill").await;
                 self.respawn();
             }
@@ -256,18 +214,7 @@ impl Run {
 
     /// The data checks of the block, and no instance stopped by itself.
     fn check(&self, row: &mut Row, v: &Verdict, bound: usize) {
-        row.check(v.missing == 0, || {
-            format!(
-                "{} of {} events missing in Kafka, first {:?}",
-                v.missing, v.writes, v.first_missing
-            )
-        });
-        row.check(v.order_violations.is_empty(), || {
-            format!("per-document order broken: {:?}", v.order_violations)
-        });
-        row.check(v.unexpected == 0, || {
-            format!("{} records of events MongoDB does not have", v.unexpected)
-        });
+        row.check_sound(v);
         let bad = replayed_too_often(v, &self.committed, self.restarts);
         row.check(bad.is_empty(), || {
             format!(
@@ -318,10 +265,4 @@ fn replayed_too_often(v: &Verdict, committed: &[(u32, u32)], restarts: usize) ->
     bad.sort();
     bad.truncate(10);
     bad
-}
-
-fn committed_time(doc: &Document) -> (u32, u32) {
-    doc.get_timestamp("clusterTime")
-        .map(|t| (t.time, t.increment))
-        .unwrap_or((0, 0))
 }

@@ -7,11 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bson::{Document, Timestamp};
+use mongodb::Client;
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::load::{Truth, start_load};
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
+/// One sample of the offsets document.
 #[derive(Debug, Clone)]
 struct Seen {
     epoch: i64,
@@ -20,35 +24,95 @@ struct Seen {
     events: i64,
 }
 
+/// A timestamp as (seconds, increment); (0, 0) for none.
 fn ts(t: Option<Timestamp>) -> (u32, u32) {
     t.map_or((0, 0), |t| (t.time, t.increment))
 }
 
 pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("fence"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "fence");
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "fence.toml");
-    let mut a = BridgeProc::spawn(&path, ctx.dir.join("fence-a.log"));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let stage = Stage::up(ctx, "fence", "fence", 20, |_| {}).await;
+    let (_, cfg, client, coll) = stage.parts();
+    let consumer = stage.consumer();
+    let mut a = stage.spawn("fence-a.log");
+    cfg.wait_started(client, Duration::from_secs(60)).await;
     // Poll the offsets document all along.
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let stop = Arc::clone(&stop);
-        let client = client.clone();
-        let offsets_db = cfg.offsets_db();
-        let pipeline = cfg.pipeline.clone();
-        tokio::spawn(async move {
-            let coll = client
-                .database(&offsets_db)
-                .collection::<Document>("offsets");
+    let sampler = Sampler::start(client, &cfg.offsets_db(), &cfg.pipeline);
+    let load = start_load(coll.clone(), 250, 20, 0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = stage.spawn("fence-b.log");
+    let b_started = Instant::now();
+    wait_fenced(&mut a).await;
+    let fenced_after = b_started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (acked, errors) = load.stop().await;
+    let truth = Truth::read(coll).await;
+    let (v, _) = consumer
+        .wait_complete(&truth, Duration::from_secs(120))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = sampler.stop().await;
+    let (a_log, a_outcome) = stop_both(a, b);
+    v.assert_sound("two instances");
+    // Never a regression: epoch, clusterTime and positionTime non-decreasing over the whole
+    // run; eventsCommitted non-decreasing within an epoch.
+    let (mut problems, position_steps) = regressions(&seen);
+    let epochs: std::collections::BTreeSet<i64> = seen.iter().map(|s| s.epoch).collect();
+    problems.truncate(10);
+    assert!(
+        problems.is_empty(),
+        "the offsets document regressed:\n{}",
+        problems.join("\n")
+    );
+    assert!(
+        epochs.contains(&1) && epochs.contains(&2) && epochs.len() == 2,
+        "epochs seen: {epochs:?}"
+    );
+    let fenced_line = a_log
+        .lines()
+        .rev()
+        .find(|l| l.to_ascii_lowercase().contains("fenced"))
+        .unwrap_or_default();
+    say!(
+        "two instances: A was fenced {fenced_after:.1} s after B started and {a_outcome}; its last fenced \
+         line: {}",
+        fenced_line.chars().take(300).collect::<String>()
+    );
+    say!(
+        "two instances: {acked} writes ({errors} retried), {} events, {} delivered, {} missing, \
+         {} duplicates; {} offsets samples over epochs {epochs:?}, none regressed (positionTime \
+         stepped back within one second {position_steps} times)",
+        v.writes,
+        v.unique,
+        v.missing,
+        v.duplicates,
+        seen.len()
+    );
+    let mut row = Row::new("two instances, one pipeline (fencing)").with_verdict(&v);
+    row.finish(
+        format!("2 instances, {} offsets samples", seen.len()),
+        Some(fenced_after),
+        stage.started,
+    );
+    vec![row]
+}
+
+/// The pipeline's offsets document, sampled every 50 ms in a task until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Seen>>,
+}
+
+impl Sampler {
+    fn start(client: &Client, offsets_db: &str, pipeline: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let coll = client
+            .database(offsets_db)
+            .collection::<Document>("offsets");
+        let pipeline = pipeline.to_owned();
+        let task = tokio::spawn(async move {
             let mut seen = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 if let Ok(Some(d)) = coll.find_one(bson::doc! { "_id": &pipeline }).await {
                     seen.push(Seen {
                         epoch: d.get_i64("epoch").unwrap_or(-1),
@@ -60,14 +124,20 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             seen
-        })
-    };
-    let load = start_load(coll.clone(), 250, 20, 0);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut b = BridgeProc::spawn(&path, ctx.dir.join("fence-b.log"));
-    let b_started = Instant::now();
-    // A is fenced when it exits or logs the fenced error (an instance may stand by after
-    // being fenced instead of exiting).
+        });
+        Self { stop, task }
+    }
+
+    /// Stops the sampling; every sample.
+    async fn stop(self) -> Vec<Seen> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("poller")
+    }
+}
+
+/// Waits (60 s) until `a` is fenced: it exits or logs the fenced error (an instance may stand
+/// by after being fenced instead of exiting).
+async fn wait_fenced(a: &mut BridgeProc) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while a.running()
         && !a.log_text().to_ascii_lowercase().contains("fenced")
@@ -75,19 +145,14 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let fenced_after = b_started.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
-    let (v, _) = consumer
-        .wait_complete(&truth, Duration::from_secs(120))
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let seen = poller.await.expect("poller");
+}
+
+/// Stops the newer instance `b`, then the older `a` if it stands by: only now, after B (so it
+/// cannot take the pipeline back in between). Asserts A was fenced and B kept running to a
+/// graceful stop; A's log and what became of A.
+fn stop_both(mut a: BridgeProc, mut b: BridgeProc) -> (String, String) {
     let b_running = b.running();
     let b_status = b.stop(Duration::from_secs(30));
-    // A standing-by A stops only now, after B (so it cannot take the pipeline back in between).
     let a_standing_by = a.running();
     let a_status = if a_standing_by {
         a.stop(Duration::from_secs(30))
@@ -116,10 +181,13 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
         b_status.success(),
         "newer instance's graceful stop: {b_status}"
     );
-    v.assert_sound("two instances");
+    (a_log, a_outcome)
+}
 
-    // Never a regression: epoch, clusterTime and positionTime non-decreasing over the whole
-    // run; eventsCommitted non-decreasing within an epoch.
+/// The regressions between consecutive samples (epoch, clusterTime or positionTime going
+/// back; eventsCommitted going back within an epoch), and how often positionTime stepped back
+/// within one second.
+fn regressions(seen: &[Seen]) -> (Vec<String>, usize) {
     let mut problems = Vec::new();
     let mut position_steps = 0;
     for w in seen.windows(2) {
@@ -158,40 +226,5 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
             ));
         }
     }
-    let epochs: std::collections::BTreeSet<i64> = seen.iter().map(|s| s.epoch).collect();
-    problems.truncate(10);
-    assert!(
-        problems.is_empty(),
-        "the offsets document regressed:\n{}",
-        problems.join("\n")
-    );
-    assert!(
-        epochs.contains(&1) && epochs.contains(&2) && epochs.len() == 2,
-        "epochs seen: {epochs:?}"
-    );
-    let fenced_line = a_log
-        .lines()
-        .rev()
-        .find(|l| l.to_ascii_lowercase().contains("fenced"))
-        .unwrap_or_default();
-    say!(
-        "two instances: A was fenced {fenced_after:.1} s after B started and {a_outcome}; its last fenced \
-         line: {}",
-        fenced_line.chars().take(300).collect::<String>()
-    );
-    say!(
-        "two instances: {acked} writes ({errors} retried), {} events, {} delivered, {} missing, \
-         {} duplicates; {} offsets samples over epochs {epochs:?}, none regressed (positionTime \
-         stepped back within one second {position_steps} times)",
-        v.writes,
-        v.unique,
-        v.missing,
-        v.duplicates,
-        seen.len()
-    );
-    let mut row = Row::new("two instances, one pipeline (fencing)").with_verdict(&v);
-    row.runs = format!("2 instances, {} offsets samples", seen.len());
-    row.recovery_s = Some(fenced_after);
-    row.seconds = started.elapsed().as_secs_f64();
-    vec![row]
+    (problems, position_steps)
 }

@@ -3,141 +3,132 @@
 //! Kafka: noida-db 0.2.3 never evicts a member killed with `kill -9` (`../shared/INFRA.md`,
 //! "Stand-in quirks"), so with `MKB_BROKER=noida` the suite skips them and says so.
 //!
-//! - spread, kill -9 and join: 3 members, 9 pipelines under continuous writes; each pipeline
-//!   has exactly one owner and the spread is 3/3/3 (±1); a member killed with `kill -9` loses
-//!   its pipelines to the survivors (failover measured from the kill to the first increase of
-//!   a survivor's `…_kafka_messages_delivered_total{pipeline}`); a 4th member joins and the
-//!   pipelines that do not move are never restarted (their epoch stays; the longest delivery
-//!   delay, write to produce, is reported); 0 events lost; duplicates only after the
-//!   position committed before the kill. The long form repeats the kill (≥ 500 kills in blocks of 50 on fresh servers).
+//! - `group` ([`spread`]): spread, kill -9 and join;
+//! - `groupstop` ([`paused`]): a member paused past its session;
+//! - `groupcfg` ([`configs`]): members whose configurations disagree;
+//! - `groupsnap` ([`snapshot`]): a revocation in the middle of a snapshot;
+//! - `groupfull` ([`slots`]): a pipeline added by SIGHUP whose slot has no partition yet;
+//! - `kubelet` ([`kubelet`], long form only): a simulated kubelet's probes and chaos kills.
 //!
-//! The other group scenarios are in `group_faults.rs`; this file holds their shared machinery.
+//! This file holds their set-up ([`World`]) and what they read from the members;
+//! [`replays`] what their pipelines delivered.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+pub mod configs;
+pub mod epochs;
+pub mod kubelet;
+pub mod paused;
+pub mod replays;
+pub mod slots;
+pub mod snapshot;
+pub mod spread;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bson::{Document, doc};
-use mongodb::Client;
+use bson::Document;
+use mongodb::{Client, Collection};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::config::GroupCfg;
+use crate::common::kafka::create_topic_at;
+use crate::common::load::{Load, prepare_update_keys, start_load};
+use crate::common::observe::{fetch, metric_sum};
+use crate::common::records::Consumer;
+use crate::common::servers::Instance;
 use crate::say;
+use crate::suite::Ctx;
 
 /// Writes per second to each pipeline's collection.
 pub(crate) const RATE: u32 = 30;
-/// The failover bound the short form checks (s); the target is 15 s on an idle machine, the
-/// figure is reported either way.
-const FAILOVER_BOUND_S: f64 = 40.0;
 
-/// A group scenario's configuration: `pipelines` pipelines `p<i>` on collections `t<i>`, each
-/// to its own one-partition topic `<db>.t<i>`.
-pub(crate) struct GroupCfg {
-    pub(crate) uri: String,
-    pub(crate) kafka: String,
-    pub(crate) db: String,
-    pub(crate) pipelines: usize,
-}
-
-impl GroupCfg {
-    pub(crate) fn offsets_db(&self) -> String {
-        format!("{}_offsets", self.db)
-    }
-
-    pub(crate) fn topic(&self, i: usize) -> String {
-        format!("{}.t{i}", self.db)
-    }
-
-    pub(crate) fn toml(&self) -> String {
-        let mut out = format!(
-            r#"[mongodb]
-uri = "{uri}"
-offsets_database = "{offsets}"
-
-[kafka]
-bootstrap_servers = "{kafka}"
-[kafka.properties]
-"linger.ms" = 5
-
-[bridge]
-group_id = "faults"
-commit_interval_ms = 200
-shutdown_timeout_ms = 10000
-max_await_time_ms = 200
-max_restart_backoff_ms = 2000
-
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-            uri = self.uri,
-            offsets = self.offsets_db(),
-            kafka = self.kafka,
-        );
-        for i in 0..self.pipelines {
-            out.push_str(&format!(
-                "\n[[pipelines]]\nname = \"p{i}\"\ndatabase = \"{db}\"\ncollection = \"t{i}\"\n\
-                 topic = \"{topic}\"\njson = \"relaxed\"\n",
-                db = self.db,
-                topic = self.topic(i)
-            ));
-        }
-        out
-    }
-
-    pub(crate) async fn offsets(&self, client: &Client) -> BTreeMap<String, Document> {
-        let coll = client
-            .database(&self.offsets_db())
-            .collection::<Document>("offsets");
-        let mut out = BTreeMap::new();
-        for i in 0..self.pipelines {
-            let name = format!("p{i}");
-            if let Ok(Some(d)) = coll.find_one(doc! { "_id": &name }).await {
-                out.insert(name, d);
-            }
-        }
-        out
-    }
-}
-
-/// A group scenario's servers (Kafka and SecantusDB of its own) and, per pipeline, its
-/// collection (with 5 update documents) and a consumer of its topic.
+/// A group scenario's servers (Kafka and SecantusDB of its own), its configuration and, per
+/// pipeline of a loaded world, its collection (with 5 update documents) and a consumer of its
+/// topic.
 pub(crate) struct World {
     pub(crate) inst: Instance,
     pub(crate) cfg: GroupCfg,
     pub(crate) client: Client,
-    pub(crate) colls: Vec<mongodb::Collection<Document>>,
+    pub(crate) colls: Vec<Collection<Document>>,
     pub(crate) consumers: Vec<Consumer>,
+    /// The run's directory (configurations and logs).
+    dir: PathBuf,
 }
 
 impl World {
-    /// Starts instance `name` and prepares `pipelines` pipelines in database `db`.
-    pub(crate) async fn up(ctx: &Ctx, name: &str, db: &str, pipelines: usize) -> Self {
-        let inst = Instance::up_with(&ctx.script, &ctx.instance(name), &[]);
+    /// Starts instance `name` with `pipelines` pipelines in database `db` and the topics of the
+    /// first `topics` of them (`p<i>`: one partition each); no collection is prepared.
+    pub(crate) async fn servers(
+        ctx: &Ctx,
+        name: &str,
+        db: &str,
+        pipelines: usize,
+        topics: usize,
+    ) -> Self {
+        let inst = ctx.up(name, &[]);
         let cfg = GroupCfg {
             uri: inst.mongo_uri.clone(),
             kafka: inst.kafka.clone(),
             db: db.to_owned(),
             pipelines,
         };
-        let client = inst.client().await;
-        let mut consumers = Vec::new();
-        let mut colls = Vec::new();
-        for i in 0..pipelines {
-            create_topic(&inst.kafka, &cfg.topic(i), 1).await;
-            let coll = client
-                .database(&cfg.db)
-                .collection::<Document>(&format!("t{i}"));
-            prepare_update_keys(&coll, 5).await;
-            colls.push(coll);
-            consumers.push(Consumer::start(&inst.kafka, &cfg.topic(i), 1));
+        for i in 0..topics {
+            create_topic_at(&inst.kafka, &cfg.topic(i), 1, &[]).await;
         }
+        let client = inst.client().await;
         Self {
             inst,
             cfg,
             client,
-            colls,
-            consumers,
+            colls: Vec::new(),
+            consumers: Vec::new(),
+            dir: ctx.dir.clone(),
         }
+    }
+
+    /// Starts instance `name` and prepares `pipelines` pipelines in database `db`: their
+    /// topics, collections with the load's update documents, and consumers.
+    pub(crate) async fn up(ctx: &Ctx, name: &str, db: &str, pipelines: usize) -> Self {
+        let mut world = Self::servers(ctx, name, db, pipelines, pipelines).await;
+        for i in 0..pipelines {
+            let coll = world
+                .client
+                .database(&world.cfg.db)
+                .collection::<Document>(&format!("t{i}"));
+            prepare_update_keys(&coll, 5).await;
+            world.colls.push(coll);
+            let consumer = Consumer::start(&world.inst.kafka, &world.cfg.topic(i), 1);
+            world.consumers.push(consumer);
+        }
+        world
+    }
+
+    /// The configuration, the client, the collections and the consumers, as the scenarios
+    /// name them.
+    pub(crate) fn parts(&self) -> (&GroupCfg, &Client, &[Collection<Document>], &[Consumer]) {
+        (&self.cfg, &self.client, &self.colls, &self.consumers)
+    }
+
+    /// Writes the configuration to `file` in the run's directory.
+    pub(crate) fn write(&self, file: &str) -> PathBuf {
+        let path = self.dir.join(file);
+        std::fs::write(&path, self.cfg.toml()).expect("write config");
+        path
+    }
+
+    /// Starts a member on `config`, logging to `log` in the run's directory.
+    pub(crate) fn member(&self, config: &Path, log: &str) -> Member {
+        Member::start(config, self.dir.join(log))
+    }
+
+    /// A load of [`RATE`] writes/s on each collection, the inserts of pipeline `i` from
+    /// `_id` `i`·1 000 000.
+    pub(crate) fn start_loads(&self) -> Vec<Load> {
+        self.colls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| start_load(c.clone(), RATE, 5, (i as i64) * 1_000_000))
+            .collect()
     }
 }
 
@@ -148,25 +139,15 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    pub(crate) fn start(config: &Path, log: std::path::PathBuf) -> Self {
+    pub(crate) fn start(config: &Path, log: PathBuf) -> Self {
         let mut proc = BridgeProc::spawn(config, log);
         let addr = proc.metrics_addr(Duration::from_secs(60));
         Self { proc, addr }
     }
 
     pub(crate) fn metrics(&self) -> String {
-        http_get(&self.addr, "/metrics").map_or_else(String::new, |(_, body)| body)
+        fetch(&self.addr, "/metrics").map_or_else(String::new, |(_, body)| body)
     }
-}
-
-/// The sum of the samples of `name` whose labels contain `label` (e.g. `pipeline="p3"`).
-pub(crate) fn sample_sum(metrics: &str, name: &str, label: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| label.is_empty() || l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// The pipelines `member` runs, from its `…_pipeline_owned` gauge.
@@ -175,7 +156,7 @@ pub(crate) fn owned_by(member: &Member, pipelines: usize) -> Vec<usize> {
     (0..pipelines)
         .filter(|i| {
             let label = format!("pipeline=\"p{i}\"");
-            sample_sum(&text, "mongo_kafka_bridge_pipeline_owned", &label) == 1.0
+            metric_sum(&text, "mongo_kafka_bridge_pipeline_owned", &[&label]) == 1.0
         })
         .collect()
 }
@@ -210,13 +191,23 @@ pub(crate) async fn settled(
 /// Delivered records of pipeline `p` on `member`.
 pub(crate) fn delivered(member: &Member, p: usize) -> f64 {
     let label = format!("pipeline=\"p{p}\"");
-    sample_sum(
+    metric_sum(
         &member.metrics(),
         "mongo_kafka_bridge_kafka_messages_delivered_total",
-        &label,
+        &[&label],
     )
 }
 
+/// Each pipeline's `epoch` in its offsets document (`missing` for a document without one).
+pub(crate) async fn epochs(cfg: &GroupCfg, client: &Client, missing: i64) -> BTreeMap<String, i64> {
+    cfg.offsets(client)
+        .await
+        .iter()
+        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(missing)))
+        .collect()
+}
+
+/// The minimum, median and maximum of `v` (NaN when empty).
 pub(crate) fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -225,303 +216,11 @@ pub(crate) fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
-pub(crate) fn committed_time(doc: &Document) -> (u32, u32) {
-    doc.get_timestamp("clusterTime")
-        .map(|t| (t.time, t.increment))
-        .unwrap_or((0, 0))
-}
-
-pub async fn spread_kill_join(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let blocks = if ctx.long { 10 } else { 1 };
-    let kills_per_block = if ctx.long { 50 } else { 1 };
-    let mut rows = Vec::new();
-    for block in 0..blocks {
-        rows.push(block_run(ctx, block, kills_per_block).await);
-    }
-    if let Some(last) = rows.last_mut() {
-        last.seconds = started.elapsed().as_secs_f64();
-    }
-    rows
-}
-
-async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
-    let started = Instant::now();
-    let db = format!("group{block}");
-    let World {
-        inst: _inst,
-        cfg,
-        client,
-        colls,
-        consumers,
-    } = World::up(ctx, &db, &db, 9).await;
-    let path = ctx.dir.join(format!("group{block}.toml"));
-    std::fs::write(&path, cfg.toml()).expect("write config");
-    let log = |n: usize| ctx.dir.join(format!("group{block}-{n}.log"));
-    let mut row = Row::new(&format!("group: 3 members, 9 pipelines (block {block})"));
-    let mut members: Vec<Member> = (0..3).map(|n| Member::start(&path, log(n))).collect();
-    let mut next_log = 3;
-    let refs: Vec<&Member> = members.iter().collect();
-    let owners = settled(&refs, cfg.pipelines, Duration::from_secs(90)).await;
-    let Some(owners) = owners else {
-        row.check(false, || "the 9 pipelines never had one owner each".into());
-        return row;
-    };
-    let spread: Vec<usize> = (0..3)
-        .map(|m| owners.iter().filter(|o| **o == m).count())
-        .collect();
-    say!("group: spread over 3 members {spread:?}");
-    row.check(spread.iter().all(|n| (2..=4).contains(n)), || {
-        format!("spread {spread:?}, not 3/3/3 ± 1")
-    });
-    let loads: Vec<Load> = colls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| start_load(c.clone(), RATE, 5, (i as i64) * 1_000_000))
-        .collect();
-    // A quiet window (nothing moves) for the baseline delivery delay.
-    let quiet_from_ms = chrono_now_ms() + 1_000;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let quiet_to_ms = chrono_now_ms();
-    let mut committed_at_kill: Vec<BTreeMap<String, (u32, u32)>> = Vec::new();
-    let mut failovers = Vec::new();
-    let mut owners = owners;
-    for k in 0..kills {
-        let victim = k % members.len();
-        let moved: Vec<usize> = (0..cfg.pipelines)
-            .filter(|p| owners[*p] == victim)
-            .collect();
-        members[victim].proc.kill9();
-        let killed = Instant::now();
-        let docs = cfg.offsets(&client).await;
-        // What the new owners resume after: the positions of the victim's pipelines.
-        let victims: Vec<String> = moved.iter().map(|p| format!("p{p}")).collect();
-        committed_at_kill.push(
-            docs.iter()
-                .filter(|(n, _)| victims.contains(n))
-                .map(|(n, d)| (n.clone(), committed_time(d)))
-                .collect(),
-        );
-        // Failover: the first increase of a survivor's delivered count for each moved pipeline.
-        let survivors: Vec<usize> = (0..members.len()).filter(|m| *m != victim).collect();
-        let mut pending: HashMap<usize, f64> = moved
-            .iter()
-            .map(|p| {
-                (
-                    *p,
-                    survivors.iter().map(|m| delivered(&members[*m], *p)).sum(),
-                )
-            })
-            .collect();
-        while !pending.is_empty() && killed.elapsed() < Duration::from_secs(90) {
-            pending.retain(|p, base| {
-                let now: f64 = survivors.iter().map(|m| delivered(&members[*m], *p)).sum();
-                if now > *base {
-                    failovers.push(killed.elapsed().as_secs_f64());
-                    false
-                } else {
-                    true
-                }
-            });
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        row.check(pending.is_empty(), || {
-            format!(
-                "kill {k}: pipelines {:?} never delivered again",
-                pending.keys()
-            )
-        });
-        members[victim] = Member::start(&path, log(next_log));
-        next_log += 1;
-        let refs: Vec<&Member> = members.iter().collect();
-        match settled(&refs, cfg.pipelines, Duration::from_secs(90)).await {
-            Some(o) => owners = o,
-            None => row.check(false, || {
-                format!("kill {k}: never settled after the restart")
-            }),
-        }
-    }
-    let (lo, mid, hi) = median(failovers.clone());
-    say!(
-        "group: failover after kill -9 over {} pipelines: min {lo:.1} s, median {mid:.1} s, max {hi:.1} s",
-        failovers.len()
-    );
-    row.check(hi <= FAILOVER_BOUND_S, || {
-        format!("failover max {hi:.1} s > {FAILOVER_BOUND_S} s")
-    });
-    // A 4th member joins: what does not move keeps running (its epoch stays).
-    let epochs_before: BTreeMap<String, i64> = cfg
-        .offsets(&client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(0)))
-        .collect();
-    let joined_at = crate::harness::since_start();
-    let join_wall_ms = chrono_now_ms();
-    members.push(Member::start(&path, log(next_log)));
-    // Its join starts a rebalance: wait until it runs something, then until all settled.
-    let joined = Instant::now();
-    while owned_by(&members[3], cfg.pipelines).is_empty()
-        && joined.elapsed() < Duration::from_secs(60)
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let refs: Vec<&Member> = members.iter().collect();
-    let after = settled(&refs, cfg.pipelines, Duration::from_secs(90)).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let epochs_after: BTreeMap<String, i64> = cfg
-        .offsets(&client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(0)))
-        .collect();
-    let restarted: Vec<String> = epochs_after
-        .iter()
-        .filter(|(n, e)| epochs_before.get(*n) != Some(e))
-        .map(|(n, _)| n.clone())
-        .collect();
-    let after = after.unwrap_or_else(|| owners.clone());
-    let moved: Vec<String> = (0..cfg.pipelines)
-        .filter(|p| after[*p] != owners[*p])
-        .map(|p| format!("p{p}"))
-        .collect();
-    let new_member = after.iter().filter(|m| **m == 3).count();
-    say!(
-        "group: a 4th member joined at {joined_at:.1} s: {new_member} pipeline(s) moved to it; moved {moved:?}, restarted {restarted:?}"
-    );
-    row.check(new_member >= 1, || "the 4th member got no pipeline".into());
-    row.check(restarted == moved, || {
-        format!(
-            "restarted {restarted:?} but moved {moved:?}: a pipeline that stays must keep running"
-        )
-    });
-    for load in loads {
-        load.stop().await;
-    }
-    let final_epochs: BTreeMap<String, i64> = cfg
-        .offsets(&client)
-        .await
-        .iter()
-        .map(|(n, d)| (n.clone(), d.get_i64("epoch").unwrap_or(1)))
-        .collect();
-    let mut gaps = Vec::new();
-    let mut baseline = Vec::new();
-    let (mut total_writes, mut total_unique, mut total_dup) = (0, 0, 0);
-    for (i, coll) in colls.iter().enumerate() {
-        let truth = Truth::read(coll).await;
-        consumers[i]
-            .wait_complete(&truth, Duration::from_secs(120))
-            .await;
-        // Late duplicates still on their way.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let recs = consumers[i].snapshot();
-        let v2 = verify(&truth, &recs);
-        let name = format!("p{i}");
-        row.check(
-            v2.missing == 0 && v2.unexpected == 0 && v2.order_violations.is_empty(),
-            || {
-                format!(
-                    "{name}: {} missing (first {:?}), {} unexpected, order {:?}",
-                    v2.missing, v2.first_missing, v2.unexpected, v2.order_violations
-                )
-            },
-        );
-        // Duplicates only of events after the position committed before some kill, or read
-        // again by the next owner after a graceful hand-over (at most what was in flight at the
-        // revocation, one replay per move: the contract's bound; the race that made it happen
-        // in practice, a position the checkpointer marked seen without committing, is fixed).
-        let killed = committed_at_kill
-            .iter()
-            .filter(|c| c.contains_key(&name))
-            .count();
-        let taken = final_epochs.get(&name).copied().unwrap_or(1);
-        let handovers = usize::try_from(taken - 1)
-            .unwrap_or(0)
-            .saturating_sub(killed);
-        for (event, copies) in &v2.copies {
-            if *copies <= 1 {
-                continue;
-            }
-            let t = v2.times.get(event).copied().unwrap_or((0, 0));
-            let replays = committed_at_kill
-                .iter()
-                .filter(|c| c.get(&name).is_some_and(|c| *c < t))
-                .count()
-                + handovers;
-            row.check(copies - 1 <= replays, || {
-                let at: Vec<(i64, Option<i64>)> = recs
-                    .iter()
-                    .filter(|r| r.event.as_ref() == Some(event))
-                    .map(|r| (r.offset, r.timestamp_ms))
-                    .collect();
-                format!(
-                    "{name}: {event:?} (clusterTime {}.{}) has {copies} copies (offset, \
-                     produced ms: {at:?}); more than the kills and hand-overs that replayed it",
-                    t.0, t.1
-                )
-            });
-        }
-        if !moved.contains(&name) {
-            // The delivery delay (produced − written) of its inserts around the join.
-            let delay = recs
-                .iter()
-                .filter_map(|r| Some((r.written_ms?, r.timestamp_ms?)))
-                .filter(|(w, _)| *w >= join_wall_ms - 2_000 && *w <= join_wall_ms + 20_000)
-                .map(|(w, t)| t - w)
-                .max()
-                .unwrap_or(0);
-            gaps.push(delay as f64 / 1000.0);
-        }
-        let quiet = recs
-            .iter()
-            .filter_map(|r| Some((r.written_ms?, r.timestamp_ms?)))
-            .filter(|(w, _)| *w >= quiet_from_ms && *w <= quiet_to_ms)
-            .map(|(w, t)| t - w)
-            .max()
-            .unwrap_or(0);
-        // (the killed member's pipelines delivered that window only after the failover)
-        if !committed_at_kill.iter().any(|c| c.contains_key(&name)) {
-            baseline.push(quiet as f64 / 1000.0);
-        }
-        total_writes += v2.writes;
-        total_unique += v2.unique;
-        total_dup += v2.duplicates;
-    }
-    let (glo, gmid, ghi) = median(gaps);
-    let (blo, bmid, bhi) = median(baseline);
-    say!(
-        "group: longest delivery delay (write → produce) of the pipelines that stayed during the join: min {glo:.2} s, median {gmid:.2} s, max {ghi:.2} s ({RATE} writes/s each); before the kill, with nothing moving: min {blo:.2} s, median {bmid:.2} s, max {bhi:.2} s"
-    );
-    for m in &mut members {
-        let status = m.proc.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("graceful stop: {status}"));
-    }
-    row.writes = Some(total_writes);
-    row.delivered = Some(total_unique);
-    row.missing = Some(total_writes - total_unique.min(total_writes));
-    row.duplicates = Some(total_dup);
-    row.runs = format!(
-        "{kills} kill(s), failover median {mid:.1} s, max {hi:.1} s; join delay max {ghi:.2} s"
-    );
-    row.recovery_s = Some(hi);
-    row.seconds = started.elapsed().as_secs_f64();
-    row
-}
-
+/// The wall clock in Unix milliseconds.
 pub(crate) fn chrono_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The `[[pipelines]]` entry `p<i>` of `cfg` with `extra` lines.
-pub(crate) fn entry(cfg: &GroupCfg, i: usize, extra: &str) -> String {
-    format!(
-        "\n[[pipelines]]\nname = \"p{i}\"\ndatabase = \"{db}\"\ncollection = \"t{i}\"\n\
-         topic = \"{topic}\"\n{extra}",
-        db = cfg.db,
-        topic = cfg.topic(i)
-    )
 }
 
 /// What `member` runs once it runs `want` (or after 60 s).
@@ -544,7 +243,7 @@ pub(crate) async fn owned_eventually(
 pub(crate) async fn ready_says(member: &Member, code: u16, text: &str) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some((c, body)) = http_get(&member.addr, "/readyz")
+        if let Some((c, body)) = fetch(&member.addr, "/readyz")
             && c == code
             && body.contains(text)
         {

@@ -1,6 +1,9 @@
-//! The fault suite: the bridge under crashes, broker and server outages, a second instance,
-//! bad input and secrets, each against its own named server instances (`scripts/services
-//! --name`), compared end to end: MongoDB's writes against what a real consumer read.
+//! The bridge under faults: crashes, broker and server outages, server errors and fail points,
+//! history lost, a second instance, bad input and secrets.
+//!
+//! The fault suite, one test (`fault_suite`), puts each failure on its own named server
+//! instances (`scripts/services --name`) and compares end to end: MongoDB's writes against what
+//! a real consumer read.
 //!
 //! ```sh
 //! MKB_SERVICES_MANAGED=1 MKB_SERVICES_SCRIPT=$PWD/scripts/services \
@@ -17,112 +20,57 @@
 //!   30–60 s and starts it again; 0 events lost, no probe restart, every pipeline's epoch only
 //!   goes up. 10 minutes, `MKB_FAULTS_KUBELET_S=<seconds>` for another duration.
 //! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
-//!   group, groupstop, groupcfg, groupsnap, groupfull, kubelet, eos, eostxn, eosfreeze, eosfence,
-//!   eosreset, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
+//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, kubelet, eos, eostxn,
+//!   eosfreeze, eosfence, eosreset, eostimeout, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
+//!
+//! The binary's ordinary tests (`history`, `killed`, `mock_kafka`, `ops`, `resumable`,
+//! `snapshot`, `exactly_once::gap`) each check one fault with plain assertions, on the shared
+//! servers or an instance of their own. They run beside each other but never beside the suite
+//! ([`suite::turn`]); `MKB_FAULTS_ONLY` selects them by module name too (`history`, `killed`,
+//! `mock_kafka`, `ops`, `resumable`, `snapshot`, `eosgap`).
 
 #![allow(clippy::unwrap_used)]
 // A binary exports nothing: the library's lints on public items (Cargo.toml) do not apply.
 #![allow(unreachable_pub, missing_docs)]
 
-#[path = "../it/support.rs"]
-mod support;
+// Shared with `tests/it`; each binary uses a part of it.
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
+mod common;
 
-mod bad_input;
+mod suite;
+
+// The suite's scenarios, and their set-ups.
+mod bad_configs;
 mod cluster;
 mod crash;
 mod exactly_once;
 mod fencing;
+mod fuzz;
 mod group;
-mod group_faults;
-mod harness;
-mod kubelet;
 mod outages;
+mod run;
+mod samples;
 mod secrets;
 mod security;
+mod stage;
 
-use std::panic::AssertUnwindSafe;
+// Ordinary tests.
+mod history;
+mod killed;
+mod mock_kafka;
+mod ops;
+mod resumable;
+mod snapshot;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
-use futures::FutureExt;
-
-use harness::Row;
-
-/// What every scenario gets.
-pub struct Ctx {
-    /// `scripts/services`.
-    pub script: PathBuf,
-    pub long: bool,
-    /// Configs and bridge logs of this run (kept when a scenario fails).
-    pub dir: PathBuf,
-    pub seed: u64,
-}
-
-impl Ctx {
-    /// A services instance name unique to this run.
-    pub fn instance(&self, scenario: &str) -> String {
-        format!("faults-{scenario}-{}", std::process::id())
-    }
-}
-
-fn selected(name: &str) -> bool {
-    match std::env::var("MKB_FAULTS_ONLY") {
-        Ok(list) if !list.trim().is_empty() => list.split(',').any(|s| s.trim() == name),
-        _ => true,
-    }
-}
-
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-        .unwrap_or_else(|| "panic".to_owned())
-}
-
-struct Suite {
-    rows: Vec<Row>,
-    failures: Vec<String>,
-}
-
-impl Suite {
-    async fn run<Fut>(&mut self, name: &str, label: &str, scenario: Fut)
-    where
-        Fut: Future<Output = Vec<Row>>,
-    {
-        if !selected(name) {
-            return;
-        }
-        say!("── {label}");
-        let started = Instant::now();
-        match AssertUnwindSafe(scenario).catch_unwind().await {
-            Ok(rows) => {
-                for mut row in rows {
-                    if !row.problems.is_empty() {
-                        row.outcome = format!("**FAIL**: {}", row.problems.join("; "));
-                        self.failures.push(format!(
-                            "{}: {}",
-                            row.scenario,
-                            row.problems.join("; ")
-                        ));
-                    }
-                    self.rows.push(row);
-                }
-            }
-            Err(p) => {
-                let text = panic_text(&*p);
-                say!("{label}: FAILED: {text}");
-                let mut row = Row::new(label);
-                row.seconds = started.elapsed().as_secs_f64();
-                row.outcome = "**FAIL**".to_owned();
-                self.rows.push(row);
-                self.failures.push(format!("{label}: {text}"));
-            }
-        }
-    }
-}
+use common::servers::services_managed;
+use suite::{Ctx, Suite};
 
 /// The consumer-group scenarios (Apache Kafka only).
 async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
@@ -130,49 +78,98 @@ async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
         .run(
             "group",
             "group: spread, kill -9, join",
-            group::spread_kill_join(ctx),
+            group::spread::spread_kill_join(ctx),
         )
         .await;
     suite
         .run(
             "groupstop",
             "group: paused member",
-            group_faults::paused_member(ctx),
+            group::paused::paused_member(ctx),
         )
         .await;
     suite
         .run(
             "groupcfg",
             "group: configurations disagree",
-            group_faults::disagreeing_configs(ctx),
+            group::configs::disagreeing_configs(ctx),
         )
         .await;
     suite
         .run(
             "groupsnap",
             "group: revoked mid-snapshot",
-            group_faults::revoked_mid_snapshot(ctx),
+            group::snapshot::revoked_mid_snapshot(ctx),
         )
         .await;
     suite
         .run(
             "groupfull",
             "group: a new slot gets its partition",
-            group_faults::no_partition_for_a_new_slot(ctx),
+            group::slots::no_partition_for_a_new_slot(ctx),
         )
         .await;
     if ctx.long {
         suite
-            .run("kubelet", "kubelet simulation", kubelet::kubelet(ctx))
+            .run(
+                "kubelet",
+                "kubelet simulation",
+                group::kubelet::kubelet(ctx),
+            )
             .await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_suite() {
-    harness::since_start();
-    let long = harness::long_form();
-    let seed = std::env::var("MKB_FAULTS_SEED")
+/// The scenarios that stop, freeze or restart servers, each on instances of its own.
+async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
+    suite.run("kill9", "kill -9", crash::kill9(ctx)).await;
+    suite
+        .run("kafka", "Kafka frozen", outages::kafka_frozen(ctx))
+        .await;
+    suite
+        .run(
+            "mock",
+            "Kafka mock broker down",
+            outages::mock_broker_down(ctx),
+        )
+        .await;
+    suite
+        .run("mongo", "MongoDB restarted", outages::mongo_restart(ctx))
+        .await;
+    suite
+        .run("fence", "two instances", fencing::two_instances(ctx))
+        .await;
+    suite
+        .run("secrets", "secrets", async { secrets::secrets(ctx) })
+        .await;
+    if suite::default_broker() == "kafka" {
+        suite
+            .run(
+                "leader",
+                "Kafka: partition leader killed",
+                cluster::leader_killed(ctx),
+            )
+            .await;
+        suite
+            .run(
+                "security",
+                "Kafka security: SASL_SSL, TLS, ACLs",
+                security::security(ctx),
+            )
+            .await;
+        group_scenarios(suite, ctx).await;
+    } else {
+        say!(
+            "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
+             evicts a member killed with kill -9, ../shared/INFRA.md)"
+        );
+    }
+    exactly_once::run(suite, ctx).await;
+}
+
+/// `MKB_FAULTS_SEED`, else the clock's nanoseconds.
+fn seed() -> u64 {
+    std::env::var("MKB_FAULTS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
@@ -180,12 +177,20 @@ async fn fault_suite() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_nanos() as u64
-        });
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_suite() {
+    let _alone = suite::suite_turn().await;
+    suite::since_start();
+    let long = suite::long_form();
+    let seed = seed();
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let managed = std::env::var("MKB_SERVICES_MANAGED").ok().as_deref() == Some("1");
-    let script = support::services_managed()
+    let script = services_managed()
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/services"));
     say!(
         "fault suite: {} form, seed {seed} (MKB_FAULTS_SEED), logs in {}",
@@ -205,66 +210,24 @@ async fn fault_suite() {
     };
     suite
         .run("config", "bad configs", async {
-            vec![bad_input::bad_configs()]
+            vec![bad_configs::bad_configs()]
         })
         .await;
     let fuzz_n = if long { 1_000_000 } else { 10_000 };
     suite
         .run("fuzz", "extjson fuzz", async {
-            vec![bad_input::fuzz_extjson(fuzz_n, seed)]
+            vec![fuzz::fuzz_extjson(fuzz_n, seed)]
         })
         .await;
     if managed {
-        suite.run("kill9", "kill -9", crash::kill9(&ctx)).await;
-        suite
-            .run("kafka", "Kafka frozen", outages::kafka_frozen(&ctx))
-            .await;
-        suite
-            .run(
-                "mock",
-                "Kafka mock broker down",
-                outages::mock_broker_down(&ctx),
-            )
-            .await;
-        suite
-            .run("mongo", "MongoDB restarted", outages::mongo_restart(&ctx))
-            .await;
-        suite
-            .run("fence", "two instances", fencing::two_instances(&ctx))
-            .await;
-        suite
-            .run("secrets", "secrets", async { secrets::secrets(&ctx) })
-            .await;
-        if harness::default_broker() == "kafka" {
-            suite
-                .run(
-                    "leader",
-                    "Kafka: partition leader killed",
-                    cluster::leader_killed(&ctx),
-                )
-                .await;
-            suite
-                .run(
-                    "security",
-                    "Kafka security: SASL_SSL, TLS, ACLs",
-                    security::security(&ctx),
-                )
-                .await;
-            group_scenarios(&mut suite, &ctx).await;
-        } else {
-            say!(
-                "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
-                 evicts a member killed with kill -9, ../shared/INFRA.md)"
-            );
-        }
-        exactly_once::run(&mut suite, &ctx).await;
+        server_scenarios(&mut suite, &ctx).await;
     } else {
         say!(
             "skipped the server scenarios (kill -9, outages, fencing, secrets): servers are \
              external (MKB_SERVICES_MANAGED unset); they need their own scripts/services instances"
         );
     }
-    let table = harness::table(&suite.rows);
+    let table = suite::table(&suite.rows);
     eprintln!(
         "\nfault suite results ({} form, seed {seed}, {:.0} s):\n\n{table}",
         if long { "long" } else { "short" },

@@ -1,102 +1,22 @@
 //! Outages under load: the Kafka broker frozen (SIGSTOP/SIGCONT), librdkafka's mock cluster
 //! with its broker down and up again, and the MongoDB server restarted.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bson::Document;
 use mongo_kafka_bridge::{Bridge, Config};
 use rdkafka::mocking::MockCluster;
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::config::{COLL, Cfg};
+use crate::common::load::{Truth, prepare_update_keys, start_load};
+use crate::common::observe::fetch;
+use crate::common::records::Consumer;
+use crate::samples::{Sample, Sampler, first_ready_after, mib, not_ready_between};
 use crate::say;
-
-/// One observation of the bridge: RSS and `/readyz`.
-#[derive(Debug, Clone, Copy)]
-pub struct Sample {
-    pub at: Instant,
-    pub rss_kib: Option<u64>,
-    pub ready: Option<u16>,
-    /// `mongo_kafka_bridge_in_flight_events` and `…_in_flight_bytes` (summed over pipelines).
-    pub in_flight: Option<(u64, u64)>,
-}
-
-fn gauge_sum(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
-/// Samples RSS of `pid` (when given) and `/readyz` every 200 ms in a thread.
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Vec<Sample>>>,
-}
-
-impl Sampler {
-    pub fn start(pid: Option<u32>, addr: String) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            while !s.load(Ordering::Relaxed) {
-                out.push(Sample {
-                    at: Instant::now(),
-                    rss_kib: pid.and_then(rss_kib),
-                    ready: http_get(&addr, "/readyz").map(|(c, _)| c),
-                    in_flight: http_get(&addr, "/metrics").map(|(_, m)| {
-                        (
-                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_events"),
-                            gauge_sum(&m, "mongo_kafka_bridge_in_flight_bytes"),
-                        )
-                    }),
-                });
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            out
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    pub fn finish(mut self) -> Vec<Sample> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .map(|t| t.join().expect("sampler thread"))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-fn not_ready_between(samples: &[Sample], from: Instant, to: Instant) -> usize {
-    samples
-        .iter()
-        .filter(|s| s.at >= from && s.at <= to && s.ready.is_some_and(|c| c != 200))
-        .count()
-}
-
-fn first_ready_after(samples: &[Sample], from: Instant) -> Option<Instant> {
-    samples
-        .iter()
-        .find(|s| s.at >= from && s.ready == Some(200))
-        .map(|s| s.at)
-}
-
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 /// Small enough that the outage's writes (the local MongoDB stand-in takes ~150–250 writes/s)
 /// exceed it, so the bound is exercised.
@@ -112,24 +32,105 @@ fn outage_bridge_section() -> String {
     )
 }
 
-pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let freeze = Duration::from_secs(if ctx.long { 45 } else { 10 });
-    let rate = 400;
-    let inst = Instance::up(&ctx.script, &ctx.instance("kafka"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "frozen");
-    cfg.bridge = outage_bridge_section();
-    cfg.properties = "\"message.timeout.ms\" = 120000".to_owned();
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "kafka.toml");
-    let mut proc = BridgeProc::spawn(&path, ctx.dir.join("kafka.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+/// An outage scenario's start: its stage (`edit` adds its lines), a consumer of its topic, the
+/// bridge started, and a [`Sampler`] of it.
+async fn watched(
+    ctx: &Ctx,
+    scenario: &str,
+    db: &str,
+    edit: impl FnOnce(&mut Cfg),
+) -> (Stage, Consumer, BridgeProc, String, Sampler) {
+    let stage = Stage::up(ctx, scenario, db, 20, edit).await;
+    let consumer = stage.consumer();
+    let (proc, addr) = stage.start(&format!("{scenario}.log")).await;
     let sampler = Sampler::start(Some(proc.pid()), addr.clone());
+    (stage, consumer, proc, addr, sampler)
+}
+
+/// What the samples of a Kafka outage show.
+struct Figures {
+    /// The RSS peak before the outage, and over the whole run (KiB).
+    baseline: u64,
+    peak: u64,
+    /// Samples not ready, of all taken, from 3 s into the outage until the thaw.
+    not_ready: usize,
+    during: usize,
+    /// The most records and bytes in flight at any sample.
+    max_events: u64,
+    max_bytes: u64,
+}
+
+impl Figures {
+    fn of(samples: &[Sample], frozen_at: Instant, thawed_at: Instant) -> Self {
+        let settled = frozen_at + Duration::from_secs(3);
+        let in_flight = |pick: fn((u64, u64)) -> u64| {
+            samples
+                .iter()
+                .filter_map(|s| s.in_flight)
+                .map(pick)
+                .max()
+                .unwrap_or(0)
+        };
+        Self {
+            baseline: samples
+                .iter()
+                .filter(|s| s.at < frozen_at)
+                .filter_map(|s| s.rss_kib)
+                .max()
+                .unwrap_or(0),
+            peak: samples.iter().filter_map(|s| s.rss_kib).max().unwrap_or(0),
+            not_ready: not_ready_between(samples, settled, thawed_at),
+            during: samples
+                .iter()
+                .filter(|s| s.at >= settled && s.at <= thawed_at)
+                .count(),
+            max_events: in_flight(|f| f.0),
+            max_bytes: in_flight(|f| f.1),
+        }
+    }
+
+    /// Not ready during the outage; the in-flight bounds held (intake stopped at them when
+    /// the outage's `written_during` writes exceeded them); RSS grew by the bound at most.
+    fn check_bounds(&self, row: &mut Row, written_during: u64) {
+        let (not_ready, during) = (self.not_ready, self.during);
+        let (max_events, max_bytes) = (self.max_events, self.max_bytes);
+        let (baseline, peak) = (self.baseline, self.peak);
+        row.check(not_ready > 0 && not_ready * 2 >= during, || {
+            format!("/readyz stayed 200 while the broker was frozen ({not_ready}/{during} samples not ready)")
+        });
+        row.check(
+            max_events as usize <= IN_FLIGHT_EVENTS + 1
+                && max_bytes as usize <= IN_FLIGHT_BYTES + 64 * 1024,
+            || {
+                format!(
+                    "in flight {max_events} records / {max_bytes} bytes exceed the configured bounds"
+                )
+            },
+        );
+        row.check(mib(peak) <= mib(baseline) + RSS_GROWTH_MIB, || {
+            format!(
+                "RSS grew from {:.1} MiB to {:.1} MiB during the outage (bound +{RSS_GROWTH_MIB} MiB)",
+                mib(baseline),
+                mib(peak)
+            )
+        });
+        // The outage's writes exceed the window: intake must have stopped at the bound.
+        row.check(
+            (written_during as usize) < IN_FLIGHT_EVENTS * 3 / 2 || max_events as usize >= IN_FLIGHT_EVENTS * 9 / 10,
+            || format!("{written_during} writes during the outage but at most {max_events} records in flight"),
+        );
+    }
+}
+
+pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
+    let freeze = Duration::from_secs(if ctx.long { 45 } else { 10 });
+    let (stage, consumer, mut proc, addr, sampler) = watched(ctx, "kafka", "frozen", |cfg| {
+        cfg.bridge = outage_bridge_section();
+        cfg.properties = "\"message.timeout.ms\" = 120000".to_owned();
+    })
+    .await;
+    let (inst, _, _, coll) = stage.parts();
+    let rate = 400;
     let load = start_load(coll.clone(), rate, 20, 0);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let frozen_at = Instant::now();
@@ -141,46 +142,25 @@ pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
     inst.thaw_kafka();
     let thawed_at = Instant::now();
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let (v, done) = consumer
         .wait_complete(&truth, Duration::from_secs(180))
         .await;
     let recovery = done.duration_since(thawed_at).as_secs_f64();
     // Ready again once everything is delivered.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while http_get(&addr, "/readyz").map(|(c, _)| c) != Some(200) && Instant::now() < deadline {
+    while fetch(&addr, "/readyz").map(|(c, _)| c) != Some(200) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let samples = sampler.finish();
-    let ready_after = http_get(&addr, "/readyz");
+    let ready_after = fetch(&addr, "/readyz");
     let status = proc.stop(Duration::from_secs(30));
     let restarts = proc.restarts();
     v.assert_sound("Kafka frozen");
 
-    let baseline = samples
-        .iter()
-        .filter(|s| s.at < frozen_at)
-        .filter_map(|s| s.rss_kib)
-        .max()
-        .unwrap_or(0);
-    let peak = samples.iter().filter_map(|s| s.rss_kib).max().unwrap_or(0);
-    let not_ready = not_ready_between(&samples, frozen_at + Duration::from_secs(3), thawed_at);
-    let during = samples
-        .iter()
-        .filter(|s| s.at >= frozen_at + Duration::from_secs(3) && s.at <= thawed_at)
-        .count();
-    let max_events = samples
-        .iter()
-        .filter_map(|s| s.in_flight)
-        .map(|f| f.0)
-        .max()
-        .unwrap_or(0);
-    let max_bytes = samples
-        .iter()
-        .filter_map(|s| s.in_flight)
-        .map(|f| f.1)
-        .max()
-        .unwrap_or(0);
+    let f = Figures::of(&samples, frozen_at, thawed_at);
+    let (baseline, peak, max_events, max_bytes) = (f.baseline, f.peak, f.max_events, f.max_bytes);
+    let (not_ready, during) = (f.not_ready, f.during);
     say!(
         "Kafka frozen: peak in flight {max_events} records / {max_bytes} bytes (bounds \
          {IN_FLIGHT_EVENTS} events / {IN_FLIGHT_BYTES} bytes)"
@@ -200,37 +180,14 @@ pub async fn kafka_frozen(ctx: &Ctx) -> Vec<Row> {
     assert!(status.success(), "graceful stop: {status}");
     let mut row =
         Row::new(&format!("Kafka frozen {} s (SIGSTOP)", freeze.as_secs())).with_verdict(&v);
-    row.check(not_ready > 0 && not_ready * 2 >= during, || {
-        format!("/readyz stayed 200 while the broker was frozen ({not_ready}/{during} samples not ready)")
-    });
-    row.check(
-        max_events as usize <= IN_FLIGHT_EVENTS + 1
-            && max_bytes as usize <= IN_FLIGHT_BYTES + 64 * 1024,
-        || {
-            format!(
-                "in flight {max_events} records / {max_bytes} bytes exceed the configured bounds"
-            )
-        },
-    );
-    row.check(mib(peak) <= mib(baseline) + RSS_GROWTH_MIB, || {
-        format!(
-            "RSS grew from {:.1} MiB to {:.1} MiB during the outage (bound +{RSS_GROWTH_MIB} MiB)",
-            mib(baseline),
-            mib(peak)
-        )
-    });
-    // The outage's writes exceed the window: intake must have stopped at the bound.
-    row.check(
-        (written_during as usize) < IN_FLIGHT_EVENTS * 3 / 2 || max_events as usize >= IN_FLIGHT_EVENTS * 9 / 10,
-        || format!("{written_during} writes during the outage but at most {max_events} records in flight"),
-    );
+    f.check_bounds(&mut row, written_during);
     row.check(ready_after.as_ref().map(|(c, _)| *c) == Some(200), || {
         format!("/readyz after recovery: {ready_after:?}")
     });
     row.runs = "1 outage".to_owned();
     row.peak_rss_mib = Some(mib(peak));
     row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }
 
@@ -240,7 +197,7 @@ pub async fn mock_broker_down(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let down = Duration::from_secs(if ctx.long { 30 } else { 8 });
     let rate = 300;
-    let inst = Instance::up(&ctx.script, &ctx.instance("mock"), true);
+    let inst = ctx.up("mock", &["--only", "mongo"]);
     let mock = MockCluster::new(1).expect("mock cluster");
     let bootstrap = mock.bootstrap_servers();
     let mut cfg = Cfg::new(&inst.mongo_uri, &bootstrap, "mock");
@@ -295,29 +252,18 @@ pub async fn mock_broker_down(ctx: &Ctx) -> Vec<Row> {
     row.check(not_ready > 0, || {
         "/readyz stayed 200 while the mock broker was down".to_owned()
     });
-    row.runs = "1 outage".to_owned();
-    row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish("1 outage".to_owned(), Some(recovery), started);
     vec![row]
 }
 
 pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
     let cycles = if ctx.long { 5 } else { 1 };
+    let (stage, consumer, mut proc, _, sampler) = watched(ctx, "mongo", "restart", |cfg| {
+        cfg.bridge = "ready_max_delivery_age_ms = 2000".to_owned();
+    })
+    .await;
     let rate = 250;
-    let inst = Instance::up(&ctx.script, &ctx.instance("mongo"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "restart");
-    cfg.bridge = "ready_max_delivery_age_ms = 2000".to_owned();
-    create_topic(&inst.kafka, &cfg.topic(), 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let consumer = Consumer::start(&inst.kafka, &cfg.topic(), 3);
-    let path = cfg.write(&ctx.dir, "mongo.toml");
-    let mut proc = BridgeProc::spawn(&path, ctx.dir.join("mongo.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    let sampler = Sampler::start(Some(proc.pid()), addr.clone());
+    let (inst, _, _, coll) = stage.parts();
     let load = start_load(coll.clone(), rate, 20, 0);
     let mut outages = Vec::new();
     for _ in 0..cycles {
@@ -339,7 +285,7 @@ pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let (v, done) = consumer
         .wait_complete(&truth, Duration::from_secs(180))
         .await;
@@ -388,6 +334,6 @@ pub async fn mongo_restart(ctx: &Ctx) -> Vec<Row> {
     row.runs = format!("{cycles} restart{}", if cycles > 1 { "s" } else { "" });
     row.peak_rss_mib = Some(mib(peak));
     row.recovery_s = Some(recovery);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
 }

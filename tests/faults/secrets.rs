@@ -2,12 +2,15 @@
 //! environment) never appear in anything the binary prints (`run` logs in both formats, its
 //! exit error, `check`, `offsets list`) nor in `/metrics`, `/readyz`, `/healthz`.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, binary};
+use crate::common::config::Cfg;
+use crate::common::observe::fetch;
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const MONGO_PASSWORD: &str = "S3cretPw";
 const KAFKA_PASSWORD: &str = "K4fkaS3cretPw";
@@ -43,24 +46,10 @@ fn run_for(
     secs: u64,
 ) -> (String, String) {
     let log = ctx.dir.join(format!("secrets-{tag}.log"));
-    let file = std::fs::File::create(&log).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
-    cmd.args(["--log-format", if text_logs { "text" } else { "json" }])
-        .args(["run", "--no-status", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let child = cmd.spawn().unwrap();
-    let mut proc = BridgeProc {
-        child,
-        log,
-        exit: None,
-    };
+    let format = if text_logs { "text" } else { "json" };
+    let args = ["--log-format", format, "run", "--no-status"];
+    let env = [&[("RUST_LOG", "debug")], env].concat();
+    let mut proc = BridgeProc::spawn_args(&args, config, log, &env);
     let mut http = String::new();
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut addr = None;
@@ -83,7 +72,7 @@ fn run_for(
     }
     if let Some(addr) = &addr {
         for path in ["/metrics", "/readyz", "/healthz"] {
-            if let Some((code, body)) = http_get(addr, path) {
+            if let Some((code, body)) = fetch(addr, path) {
                 http.push_str(&format!("GET {path} → {code}\n{body}\n"));
             }
         }
@@ -116,7 +105,7 @@ fn run_for(
 
 fn command(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let started = Instant::now();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
+    let mut cmd = Command::new(binary());
     cmd.args(args)
         .arg("--config")
         .arg(config)
@@ -151,7 +140,7 @@ type Case<'a> = (&'a str, String, String, &'a [(&'a str, &'a str)]);
 
 pub fn secrets(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("secrets"), false);
+    let inst = ctx.up("secrets", &[]);
     let with_password = inst.mongo_uri.replacen(
         "mongodb://",
         &format!("mongodb://mkbuser:{MONGO_PASSWORD}@"),
@@ -193,21 +182,8 @@ pub fn secrets(ctx: &Ctx) -> Vec<Row> {
         let mut cfg = Cfg::new(uri, &inst.kafka, &format!("secrets{i}"));
         cfg.properties = props.clone();
         let path = cfg.write(&ctx.dir, &format!("secrets-{tag}.toml"));
-        let mut outputs = Vec::new();
-        let (printed, http) = run_for(ctx, tag, &path, env, false, 5);
-        outputs.push(("run (json logs)".to_owned(), printed));
-        outputs.push(("HTTP".to_owned(), http));
-        if i == 0 {
-            let (printed, _) = run_for(ctx, &format!("{tag}-text"), &path, env, true, 3);
-            outputs.push(("run (text logs)".to_owned(), printed));
-            runs += 1;
-        }
-        outputs.push(("check".to_owned(), command(&path, &["check"], env)));
-        outputs.push((
-            "offsets list".to_owned(),
-            command(&path, &["offsets", "list"], env),
-        ));
-        runs += 3;
+        let outputs = outputs_of(ctx, tag, &path, env, i == 0);
+        runs += if i == 0 { 4 } else { 3 };
         say!(
             "secrets/{tag}: check → {}",
             outputs[outputs.len() - 2]
@@ -220,19 +196,7 @@ pub fn secrets(ctx: &Ctx) -> Vec<Row> {
                 .take(400)
                 .collect::<String>()
         );
-        for (what, text) in &outputs {
-            for n in &needles {
-                if let Some(at) = text.find(n.as_str()) {
-                    let from = text[..at]
-                        .char_indices()
-                        .rev()
-                        .nth(80)
-                        .map_or(0, |(i, _)| i);
-                    let line: String = text[from..].chars().take(200).collect();
-                    leaks.push(format!("{tag}/{what}: {n:?} in …{line}…"));
-                }
-            }
-        }
+        leaks.extend(leaks_in(tag, &outputs, &needles));
     }
     assert!(leaks.is_empty(), "secrets printed:\n{}", leaks.join("\n"));
     say!("secrets: {runs} runs/commands, no secret in any output or HTTP answer");
@@ -240,4 +204,48 @@ pub fn secrets(ctx: &Ctx) -> Vec<Row> {
     row.runs = format!("{runs} runs/commands");
     row.seconds = started.elapsed().as_secs_f64();
     vec![row]
+}
+
+/// What case `tag` (configuration `path`, environment `env`) prints: `run` with JSON logs
+/// (and with text logs too, `also_text`), its HTTP answers, `check` and `offsets list`.
+fn outputs_of(
+    ctx: &Ctx,
+    tag: &str,
+    path: &Path,
+    env: &[(&str, &str)],
+    also_text: bool,
+) -> Vec<(String, String)> {
+    let mut outputs = Vec::new();
+    let (printed, http) = run_for(ctx, tag, path, env, false, 5);
+    outputs.push(("run (json logs)".to_owned(), printed));
+    outputs.push(("HTTP".to_owned(), http));
+    if also_text {
+        let (printed, _) = run_for(ctx, &format!("{tag}-text"), path, env, true, 3);
+        outputs.push(("run (text logs)".to_owned(), printed));
+    }
+    outputs.push(("check".to_owned(), command(path, &["check"], env)));
+    outputs.push((
+        "offsets list".to_owned(),
+        command(path, &["offsets", "list"], env),
+    ));
+    outputs
+}
+
+/// Every needle found in `outputs`, with the text around it.
+fn leaks_in(tag: &str, outputs: &[(String, String)], needles: &[String]) -> Vec<String> {
+    let mut leaks = Vec::new();
+    for (what, text) in outputs {
+        for n in needles {
+            if let Some(at) = text.find(n.as_str()) {
+                let from = text[..at]
+                    .char_indices()
+                    .rev()
+                    .nth(80)
+                    .map_or(0, |(i, _)| i);
+                let line: String = text[from..].chars().take(200).collect();
+                leaks.push(format!("{tag}/{what}: {n:?} in …{line}…"));
+            }
+        }
+    }
+    leaks
 }

@@ -17,9 +17,15 @@ use std::time::{Duration, Instant};
 
 use bson::Document;
 
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::config::{COLL, Cfg};
+use crate::common::kafka::create_topic_at;
+use crate::common::load::{Truth, prepare_update_keys, start_load};
+use crate::common::records::Consumer;
+use crate::common::servers::Instance;
+use crate::common::verdict::Verdict;
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 const USER: &str = "mkb-bridge";
 const PASSWORD: &str = "mkb-bridge-secret";
@@ -93,31 +99,16 @@ fn bridge(
     timeout: Duration,
 ) -> (i32, String) {
     let log = config.with_extension(format!("{}.log", args.join("-")));
-    let file = std::fs::File::create(&log).expect("log file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
-    cmd.args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("log file"))
-        .stderr(file);
-    if let Some(p) = password {
-        cmd.env(PASSWORD_ENV, p);
-    }
-    let mut child = cmd.spawn().expect("spawn the bridge");
-    let deadline = Instant::now() + timeout;
-    let code = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status.code().unwrap_or(-1);
+    let env: Vec<(&str, &str)> = password.map(|p| (PASSWORD_ENV, p)).into_iter().collect();
+    let mut proc = BridgeProc::spawn_args(args, config, log, &env);
+    let code = match proc.wait_exit(timeout) {
+        Some(status) => status.code().unwrap_or(-1),
+        None => {
+            proc.kill9();
+            -1
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break -1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
     };
-    (code, std::fs::read_to_string(&log).unwrap_or_default())
+    (code, proc.log_text())
 }
 
 fn sasl_properties(ca: &str) -> String {
@@ -174,11 +165,7 @@ async fn delivers(
 pub async fn security(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let mut row = Row::new("Kafka security: SASL_SSL SCRAM-SHA-512, TLS, ACLs");
-    let inst = Instance::up_with(
-        &ctx.script,
-        &ctx.instance("security"),
-        &["--kafka-security"],
-    );
+    let inst = ctx.up("security", &["--kafka-security"]);
     let (Some(sasl), Some(ssl), Some(ca)) = (
         inst.vars.get("MKB_KAFKA_SASL_SSL_BOOTSTRAP").cloned(),
         inst.vars.get("MKB_KAFKA_SSL_BOOTSTRAP").cloned(),
@@ -192,7 +179,7 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
     // GIVEN user mkb-bridge with exactly the README's ACLs for a pipeline on topic sasl.t
     let mut cfg = Cfg::new(&inst.mongo_uri, &sasl, "sasl");
     cfg.properties = sasl_properties(&ca);
-    create_topic(&inst.kafka, &cfg.topic(), 1).await;
+    create_topic_at(&inst.kafka, &cfg.topic(), 1, &[]).await;
     grant(ctx, &inst, &pipeline_acls(&cfg.topic()));
     let path = cfg.write(&ctx.dir, "security-check.toml");
     // WHEN `check` runs with the password in the environment, THEN it passes
@@ -212,17 +199,27 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
     // AND over the SSL listener (TLS only) too
     let mut tls = Cfg::new(&inst.mongo_uri, &ssl, "tls");
     tls.properties = format!("\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{ca}\"");
-    create_topic(&inst.kafka, &tls.topic(), 1).await;
+    create_topic_at(&inst.kafka, &tls.topic(), 1, &[]).await;
     delivers(ctx, &mut row, &inst, &tls, None, "tls").await;
-    // WHEN the password is wrong, THEN check and run fail naming authentication, silently
-    // about the password
-    let (code, checked) = bridge(&path, &["check"], Some(WRONG), Duration::from_secs(120));
+    wrong_password(&mut row, &path, &out);
+    write_denied(ctx, &inst, (&sasl, &ca), &mut row).await;
+    let mut row = row.with_verdict(&v);
+    row.runs = "check, run over SASL_SSL and SSL, wrong password, no Write ACL".to_owned();
+    row.seconds = started.elapsed().as_secs_f64();
+    vec![row]
+}
+
+/// WHEN the password is wrong, THEN check and run (on the configuration at `path`) fail
+/// naming authentication, silently about the password; `out` (check's output with the right
+/// password) does not print it either.
+fn wrong_password(row: &mut Row, path: &Path, out: &str) {
+    let (code, checked) = bridge(path, &["check"], Some(WRONG), Duration::from_secs(120));
     let names_auth = |t: &str| t.to_ascii_lowercase().contains("authentication");
     row.check(code != 0 && names_auth(&checked), || {
         format!("check with a wrong password exited {code}:\n{checked}")
     });
     let (code, ran) = bridge(
-        &path,
+        path,
         &["--log-format", "json", "run", "--no-status"],
         Some(WRONG),
         Duration::from_secs(180),
@@ -237,9 +234,9 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
         )
     });
     for (what, text) in [
-        ("check", &checked),
-        ("run", &ran),
-        ("check (right password)", &out),
+        ("check", checked.as_str()),
+        ("run", ran.as_str()),
+        ("check (right password)", out),
     ] {
         for secret in [WRONG, PASSWORD] {
             row.check(!text.contains(secret), || {
@@ -247,15 +244,19 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
             });
         }
     }
-    // WHEN the user lacks Write on its topic, THEN run fails naming the authorization
-    let mut denied = Cfg::new(&inst.mongo_uri, &sasl, "denied");
-    denied.properties = sasl_properties(&ca);
-    create_topic(&inst.kafka, &denied.topic(), 1).await;
+}
+
+/// WHEN the user lacks Write on its topic (over the SASL_SSL listener `sasl`, CA `ca`), THEN
+/// run fails naming the authorization.
+async fn write_denied(ctx: &Ctx, inst: &Instance, (sasl, ca): (&str, &str), row: &mut Row) {
+    let mut denied = Cfg::new(&inst.mongo_uri, sasl, "denied");
+    denied.properties = sasl_properties(ca);
+    create_topic_at(&inst.kafka, &denied.topic(), 1, &[]).await;
     let acls: Vec<[String; 4]> = pipeline_acls(&denied.topic())
         .into_iter()
         .filter(|a| a[3] != "WRITE")
         .collect();
-    grant(ctx, &inst, &acls);
+    grant(ctx, inst, &acls);
     let client = inst.client().await;
     let coll = client.database(&denied.db).collection::<Document>(COLL);
     let denied_path = denied.write(&ctx.dir, "security-denied.toml");
@@ -278,8 +279,4 @@ pub async fn security(ctx: &Ctx) -> Vec<Row> {
         exit.is_some_and(|s| !s.success()) && text.to_ascii_lowercase().contains("authoriz"),
         || format!("run without Write exited {exit:?}:\n{}", proc.log_tail(6)),
     );
-    let mut row = row.with_verdict(&v);
-    row.runs = "check, run over SASL_SSL and SSL, wrong password, no Write ACL".to_owned();
-    row.seconds = started.elapsed().as_secs_f64();
-    vec![row]
 }

@@ -4,18 +4,15 @@ use std::time::Duration;
 
 use bson::{Bson, doc, oid::ObjectId};
 
-use crate::support::*;
+use crate::common::bridge::{bridge_on, start_bridge};
+use crate::common::collect::{by_key, collect};
+use crate::common::config::config_toml;
+use crate::common::kafka::create_topic;
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn bridge_on(name: &str, db: &str, coll: &str, extra: &str) -> mongo_kafka_bridge::Bridge {
-    let bridge = start_bridge(&config_toml(name, db, Some(coll), extra)).await;
-    wait_offsets(&mongo().await, db, name, WAIT, |d| {
-        d.contains_key("resumeToken")
-    })
-    .await;
-    bridge
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn c02_a_filtered_stream_keeps_its_committed_token_fresh() {

@@ -2,9 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{
-    bridge_cli, config_file, config_toml, create_topic_at, kafka_bootstrap, unique,
-};
+use crate::common::bridge::bridge_cli;
+use crate::common::config::{config_file, config_toml};
+use crate::common::kafka::create_topic_at;
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 #[test]
 fn check_passes_against_the_live_servers() {
@@ -130,7 +132,7 @@ fn check_tells_a_snapshot_pipeline_what_its_mirror_needs() {
             &[("cleanup.policy", "delete")],
         )
         .await;
-        let client = crate::support::mongo().await;
+        let client = crate::common::mongo::mongo().await;
         client
             .database(&db)
             .create_collection("orders")

@@ -12,7 +12,8 @@ use mongo_kafka_bridge::config::names as topics;
 use mongo_kafka_bridge::observe::metrics::ALL;
 use serde_norway::Value;
 
-use crate::opsutil::{prometheus_tools, root};
+use crate::common::observe::prometheus_tools;
+use crate::common::root;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -118,6 +119,13 @@ fn alerts_and_dashboard_use_only_metrics_the_bridge_exports() {
 
 #[test]
 fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
+    compose_and_dockerfile_agree();
+    kubernetes_agrees();
+}
+
+/// compose: the bridge's port, config mount and the Prometheus/Grafana mounts, and the
+/// Dockerfile's CMD, EXPOSE, HEALTHCHECK and USER.
+fn compose_and_dockerfile_agree() {
     // compose: the bridge's port, config mount and the Prometheus/Grafana mounts
     let compose = yaml("docker-compose.yml");
     let services = &compose["services"];
@@ -172,9 +180,11 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
     let prom = yaml("deploy/prometheus/prometheus.yml");
     let sd = &prom["scrape_configs"][0]["dns_sd_configs"][0];
     assert_eq!(sd["port"].as_u64(), Some(u64::from(port)));
+}
 
-    // kubernetes: the config in the ConfigMap is valid, probes and ports line up, the grace
-    // period exceeds the drain timeout
+/// kubernetes: the config in the ConfigMap is valid, probes and ports line up, the grace
+/// period exceeds the drain timeout.
+fn kubernetes_agrees() {
     let configmap = yaml("deploy/kubernetes/configmap.yaml");
     let cfg = Config::from_toml(
         configmap["data"]["config.toml"].as_str().unwrap(),
@@ -188,7 +198,32 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
         grace * 1000 > cfg.bridge.shutdown_timeout_ms,
         "grace {grace}s vs drain"
     );
-    let c = &pod["containers"][0];
+    container_agrees(&pod["containers"][0], &cfg);
+    let service = yaml("deploy/kubernetes/service.yaml");
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("metrics")
+    );
+    let monitor = yaml("deploy/kubernetes/podmonitor.yaml");
+    assert_eq!(monitor["kind"].as_str(), Some("PodMonitor"));
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(),
+        Some("metrics")
+    );
+    let kustomize = yaml("deploy/kubernetes/kustomization.yaml");
+    for r in kustomize["resources"].as_sequence().unwrap() {
+        assert!(
+            root()
+                .join("deploy/kubernetes")
+                .join(r.as_str().unwrap())
+                .exists()
+        );
+    }
+}
+
+/// The bridge's container: its port named `metrics` is the config's, the probes ask it, the
+/// config is mounted where the args say, and secrets come from secretKeyRef only.
+fn container_agrees(c: &Value, cfg: &Config) {
     assert_eq!(
         c["ports"][0]["containerPort"].as_u64(),
         Some(u64::from(port_of(&cfg.metrics.listen)))
@@ -218,26 +253,6 @@ fn compose_dockerfile_and_kubernetes_agree_on_ports_paths_and_probes() {
         envs.iter().all(|e| e.get("value").is_none()),
         "secrets come from secretKeyRef only"
     );
-    let service = yaml("deploy/kubernetes/service.yaml");
-    assert_eq!(
-        service["spec"]["ports"][0]["targetPort"].as_str(),
-        Some("metrics")
-    );
-    let monitor = yaml("deploy/kubernetes/podmonitor.yaml");
-    assert_eq!(monitor["kind"].as_str(), Some("PodMonitor"));
-    assert_eq!(
-        monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(),
-        Some("metrics")
-    );
-    let kustomize = yaml("deploy/kubernetes/kustomization.yaml");
-    for r in kustomize["resources"].as_sequence().unwrap() {
-        assert!(
-            root()
-                .join("deploy/kubernetes")
-                .join(r.as_str().unwrap())
-                .exists()
-        );
-    }
 }
 
 #[test]

@@ -1,9 +1,10 @@
-//! `delivery = "exactly_once"`: `check`'s transaction and progress topic lines (shared
-//! servers), and a stop between Kafka's commit and the offsets write that repeats nothing (on
-//! its own servers: a fail point is server-wide, so it must not meet other tests' bridges).
+//! `delivery = "exactly_once"` on healthy servers: `check`'s transaction and progress topic
+//! lines, two deployments sharing Kafka and an offsets database name, and a record the broker
+//! refuses inside a transaction stubbed on the retry.
 //!
-//! The crash and freeze scenarios (kill -9 under load, a MongoDB transaction killed halfway,
-//! broker freezes, two instances) are in the fault suite (`tests/faults/exactly_once.rs`).
+//! Exactly-once under faults (a stop between Kafka's commit and the offsets write, kill -9 under
+//! load, a MongoDB transaction killed halfway, broker freezes, two instances) is in the fault
+//! binary (`tests/faults/exactly_once.rs` and its folder).
 //!
 //! noida-db quirk (../shared/INFRA.md): a `read_committed` consumer that read past an aborted
 //! transaction skips later committed records of the same producer, while a fresh read from
@@ -14,21 +15,15 @@ use std::time::{Duration, Instant};
 
 use bson::doc;
 
-use crate::support::*;
+use crate::common::bridge::{bridge_cli, start_bridge};
+use crate::common::collect::{collect_from, per_id};
+use crate::common::config::{config_file, config_toml, eos_config};
+use crate::common::kafka::{create_topic, create_topic_at, set_topic_config};
+use crate::common::mongo::{mongo, wait_offsets};
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(120);
-
-/// A config of one exactly-once pipeline on `db`.t against `servers` (MongoDB URI, Kafka
-/// bootstrap; the shared ones when `None`), whose MongoDB client names itself `app` (so a fail
-/// point can target this bridge alone).
-fn eos_config(db: &str, app: &str, servers: Option<(&str, &str)>) -> String {
-    let text = config_toml("p", db, Some("t"), "delivery = \"exactly_once\"\n");
-    let (uri, kafka) = (mongo_uri(), kafka_bootstrap());
-    let (to_uri, to_kafka) = servers.unwrap_or((&uri, &kafka));
-    let sep = if to_uri.contains('?') { '&' } else { '?' };
-    text.replacen(&uri, &format!("{to_uri}{sep}appName={app}"), 1)
-        .replacen(&format!("\"{kafka}\""), &format!("\"{to_kafka}\""), 1)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn check_verifies_transactions_and_the_progress_topic() {
@@ -54,83 +49,6 @@ async fn check_verifies_transactions_and_the_progress_topic() {
         )),
         "{out}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_stop_between_the_kafka_commit_and_the_offsets_write_repeats_nothing() {
-    let Some(servers) = crate::opsutil::Instance::up("eos-gap", &[]) else {
-        return;
-    };
-    let kafka = servers.kafka.clone();
-    // GIVEN a running exactly-once pipeline that committed its first position and 3 events
-    let db = unique("eosgap");
-    let app = format!("mkb-{db}");
-    let file = config_file(&eos_config(&db, &app, Some((&servers.mongo_uri, &kafka))));
-    let client = mongodb::Client::with_uri_str(&servers.mongo_uri)
-        .await
-        .unwrap();
-    let coll = client.database(&db).collection::<bson::Document>("t");
-    let topic = format!("{db}.t");
-    create_topic_at(&kafka, &topic, 1, &[]).await;
-    let mut bridge = Killed(spawn_binary(file.path()));
-    wait_offsets(&client, &db, "p", WAIT, |d| d.contains_key("resumeToken")).await;
-    for id in 0..3_i64 {
-        coll.insert_one(doc! { "_id": id }).await.unwrap();
-    }
-    wait_offsets(&client, &db, "p", WAIT, |d| {
-        d.get_i64("eventsCommitted") == Ok(3)
-    })
-    .await;
-    // WHEN every offsets write of this bridge fails while it commits 5 more events to Kafka
-    fail_updates(&client, &app, true).await;
-    for id in 3..8_i64 {
-        coll.insert_one(doc! { "_id": id }).await.unwrap();
-    }
-    let log = file.path().with_extension("log");
-    let deadline = Instant::now() + WAIT;
-    let records = loop {
-        let records = collect_from(&kafka, &topic, 8, Duration::ZERO, WAIT).await;
-        let ahead = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("the progress topic is ahead of the offsets document");
-        if records.len() >= 8 && ahead {
-            break records;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Kafka commit without its offsets write"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    // (the offsets document still stands before those events: Kafka is ahead)
-    let doc = offsets_doc(&client, &db, "p").await.unwrap();
-    assert_eq!(doc.get_i64("eventsCommitted"), Ok(3));
-    // AND the writes succeed again, and 2 events follow
-    fail_updates(&client, &app, false).await;
-    for id in 8..10_i64 {
-        coll.insert_one(doc! { "_id": id }).await.unwrap();
-    }
-    // THEN the document is brought forward and a read_committed consumer reads every event once
-    let records = {
-        let _ = records;
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let records = collect_from(&kafka, &topic, 10, Duration::from_secs(2), WAIT).await;
-            if records.len() >= 10 || Instant::now() > deadline {
-                break records;
-            }
-        }
-    };
-    let counts = per_id(&records);
-    let expected: std::collections::HashMap<i64, usize> = (0..10).map(|i| (i, 1)).collect();
-    assert_eq!(counts, expected, "every event exactly once");
-    assert_eq!(records.len(), 10);
-    let doc = wait_offsets(&client, &db, "p", WAIT, |d| {
-        d.get_str("delivery") == Ok("exactly_once") && d.contains_key("progressOffset")
-    })
-    .await;
-    assert!(doc.get_i64("commitSequence").unwrap() > 3, "{doc}");
-    bridge.kill();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -189,7 +107,7 @@ async fn two_deployments_sharing_kafka_and_an_offsets_database_name_never_meet()
     }
     assert_ne!(uids[0], uids[1]);
     for bridge in [&a, &b] {
-        let (_, metrics) = crate::opsutil::get(bridge.metrics_addr(), "/metrics").await;
+        let (_, metrics) = crate::common::observe::get(bridge.metrics_addr(), "/metrics").await;
         let restarts: Vec<&str> = metrics
             .lines()
             .filter(|l| l.starts_with("mongo_kafka_bridge_pipeline_restarts_total"))
@@ -255,21 +173,6 @@ async fn a_record_the_broker_refuses_inside_a_transaction_is_stubbed_on_the_retr
     bridge.wait().await.unwrap();
 }
 
-/// Sets topic config `key` = `value` on `bootstrap` (IncrementalAlterConfigs).
-pub async fn set_topic_config(bootstrap: &str, topic: &str, key: &str, value: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
-    let results = admin
-        .alter_configs([&alter], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(results.iter().all(Result::is_ok), "{results:?}");
-}
-
 /// The document `p` of `coll` once `ready` holds (within [`WAIT`]).
 async fn wait_doc(
     coll: &mongodb::Collection<bson::Document>,
@@ -284,21 +187,4 @@ async fn wait_doc(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Makes every `update` of the bridge whose MongoDB client is named `app` fail, or stops doing
-/// so. The error is MaxTimeMSExpired (50): transient (retried), and not a "not writable
-/// primary" state change. That one (10107, used before) makes the driver mark the server
-/// unknown and select it anew, 10 s per failure here (measured: 10-40 s per restart), which ran
-/// this test past its deadline under the suite's load.
-async fn fail_updates(client: &mongodb::Client, app: &str, on: bool) {
-    let command = if on {
-        doc! {
-            "configureFailPoint": "failCommand", "mode": "alwaysOn",
-            "data": { "failCommands": ["update"], "errorCode": 50, "appName": app },
-        }
-    } else {
-        doc! { "configureFailPoint": "failCommand", "mode": "off" }
-    };
-    client.database("admin").run_command(command).await.unwrap();
 }

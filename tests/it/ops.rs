@@ -1,29 +1,22 @@
 //! Operations against the live servers: the `offsets` CLI (list, show, reset with lease
 //! refusal and fencing, delete), the `check` preflight, the history headroom series.
 
-use std::process::{Command, Output};
+use std::path::Path;
 use std::time::Duration;
 
 use bson::doc;
+use mongodb::Client;
 
-use crate::opsutil::{eventually, get};
-use crate::support::{
-    config_file, config_toml, mongo, offsets_doc, start_bridge, unique, wait_offsets, with_history,
-};
+use crate::common::bridge::{bridge_cli, start_bridge};
+use crate::common::config::{config_file, config_toml, with_history};
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::observe::get;
+use crate::common::{eventually, unique};
 
+/// `bridge_cli`'s exit code with stdout and stderr as one text.
 fn cli(args: &[&str], config: &std::path::Path) -> (Option<i32>, String) {
-    let out: Output = Command::new(crate::support::binary())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), text)
+    let (code, stdout, stderr) = bridge_cli(args, config);
+    (code, format!("{stdout}{stderr}"))
 }
 
 /// Waits until the pipeline `orders` committed its initial position (its stream is open).
@@ -51,43 +44,8 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
     .await;
     let epoch = before.get_i64("epoch").unwrap();
 
-    // WHEN listing and showing
-    let (code, out) = cli(&["offsets", "list"], file.path());
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("orders") && out.contains("live until"),
-        "{out}"
-    );
-    let (code, out) = cli(&["offsets", "show", "orders"], file.path());
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("resumeToken: {_data:") && out.contains("eventsCommitted: 1"),
-        "{out}"
-    );
-    let (code, out) = cli(&["offsets", "show", "nope"], file.path());
-    assert_eq!(code, Some(1), "{out}");
-
-    // THEN a reset is refused while the lease is live, and changes nothing
-    let (code, out) = cli(&["offsets", "reset", "orders", "--to-now"], file.path());
-    assert_eq!(code, Some(1), "{out}");
-    assert!(
-        out.contains("refused: instance") && out.contains("--force"),
-        "{out}"
-    );
-    let unchanged = offsets_doc(&client, &db, "orders").await.unwrap();
-    assert_eq!(unchanged.get_i64("epoch"), Ok(epoch));
-
-    // WHEN forced: the position becomes a start time without a token, the epoch moves on
-    let (code, out) = cli(
-        &["offsets", "reset", "orders", "--to-now", "--force"],
-        file.path(),
-    );
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("before:") && out.contains("after:"), "{out}");
-    let reset = offsets_doc(&client, &db, "orders").await.unwrap();
-    assert!(!reset.contains_key("resumeToken"), "{reset}");
-    reset.get_timestamp("startAtOperationTime").unwrap();
-    assert_eq!(reset.get_i64("epoch"), Ok(epoch + 1));
+    list_and_show(file.path());
+    refuse_then_force(&client, &db, file.path(), epoch).await;
 
     // THEN the running instance is fenced instead of overwriting the reset, stands by until
     // the lease it last wrote lapses, then takes the pipeline again at the stored time
@@ -114,6 +72,58 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
     bridge.shutdown();
     bridge.wait().await.unwrap();
 
+    move_then_delete(&client, &db, file.path()).await;
+}
+
+/// `offsets list` and `offsets show` name the pipeline, its lease and its position; an
+/// unknown pipeline is an error.
+fn list_and_show(config: &Path) {
+    // WHEN listing and showing
+    let (code, out) = cli(&["offsets", "list"], config);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("orders") && out.contains("live until"),
+        "{out}"
+    );
+    let (code, out) = cli(&["offsets", "show", "orders"], config);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("resumeToken: {_data:") && out.contains("eventsCommitted: 1"),
+        "{out}"
+    );
+    let (code, out) = cli(&["offsets", "show", "nope"], config);
+    assert_eq!(code, Some(1), "{out}");
+}
+
+/// A reset is refused while the lease is live and changes nothing; forced, the position
+/// becomes a start time without a token and the epoch (`epoch` before) moves on.
+async fn refuse_then_force(client: &Client, db: &str, config: &Path, epoch: i64) {
+    // THEN a reset is refused while the lease is live, and changes nothing
+    let (code, out) = cli(&["offsets", "reset", "orders", "--to-now"], config);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("refused: instance") && out.contains("--force"),
+        "{out}"
+    );
+    let unchanged = offsets_doc(client, db, "orders").await.unwrap();
+    assert_eq!(unchanged.get_i64("epoch"), Ok(epoch));
+
+    // WHEN forced: the position becomes a start time without a token, the epoch moves on
+    let (code, out) = cli(
+        &["offsets", "reset", "orders", "--to-now", "--force"],
+        config,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("before:") && out.contains("after:"), "{out}");
+    let reset = offsets_doc(client, db, "orders").await.unwrap();
+    assert!(!reset.contains_key("resumeToken"), "{reset}");
+    reset.get_timestamp("startAtOperationTime").unwrap();
+    assert_eq!(reset.get_i64("epoch"), Ok(epoch + 1));
+}
+
+/// With the bridge stopped: moved to a given time, then deleted (forced: the lease outlives a
+/// clean stop); only the epoch is left, one higher.
+async fn move_then_delete(client: &Client, db: &str, config: &Path) {
     // WHEN moved to a given time, then deleted (forced: the lease outlives a clean stop)
     let (code, out) = cli(
         &[
@@ -124,15 +134,15 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
             "1764403200.3",
             "--force",
         ],
-        file.path(),
+        config,
     );
     assert_eq!(code, Some(0), "{out}");
-    let moved = offsets_doc(&client, &db, "orders").await.unwrap();
+    let moved = offsets_doc(client, db, "orders").await.unwrap();
     let ts = moved.get_timestamp("startAtOperationTime").unwrap();
     assert_eq!((ts.time, ts.increment), (1_764_403_200, 3));
     let (code, out) = cli(
         &["offsets", "reset", "orders", "--delete", "--force"],
-        file.path(),
+        config,
     );
     assert_eq!(code, Some(0), "{out}");
     assert!(
@@ -140,7 +150,7 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
         "{out}"
     );
     // THEN only the epoch is left, one higher (epochs are never reused after a delete)
-    let forgotten = offsets_doc(&client, &db, "orders").await.unwrap();
+    let forgotten = offsets_doc(client, db, "orders").await.unwrap();
     assert_eq!(
         forgotten.get_i64("epoch").unwrap(),
         moved.get_i64("epoch").unwrap() + 1
@@ -153,7 +163,7 @@ async fn offsets_reset_refuses_a_live_owner_fences_it_with_force_and_the_bridge_
     ] {
         assert!(!forgotten.contains_key(field), "{field}: {forgotten}");
     }
-    let (code, out) = cli(&["offsets", "reset", "orders"], file.path());
+    let (code, out) = cli(&["offsets", "reset", "orders"], config);
     assert_eq!(code, Some(2), "a reset needs a target: {out}");
 }
 

@@ -2,21 +2,69 @@
 //! Prometheus's HTTP API. Skips with a reason when `prometheus` cannot be installed.
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bson::doc;
 
-use crate::opsutil::{eventually, get, prometheus_tools, root, try_get};
-use crate::support::{config_toml, mongo, start_bridge, unique, wait_offsets, with_history};
+use crate::common::bridge::start_bridge;
+use crate::common::config::{config_toml, with_history};
+use crate::common::mongo::{mongo, wait_offsets};
+use crate::common::observe::{get, prometheus_tools, try_get};
+use crate::common::{eventually, root, unique};
 
-/// Stops the Prometheus child (by its pid) when the test ends, also on a panic.
-struct Server(Child);
+/// A Prometheus child scraping one target every second with the alert rules loaded, in a
+/// directory of its own; stopped (by its pid) when dropped, also on a panic.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts `prometheus` scraping `target` on a free port.
+    fn start(prometheus: &Path, target: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            root().join("deploy/prometheus/alerts.yml"),
+            dir.path().join("alerts.yml"),
+        )
+        .unwrap();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [alerts.yml]\n\
+             scrape_configs:\n  - job_name: mongo-kafka-bridge\n    static_configs:\n      - targets: [\"{target}\"]\n",
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -70,36 +118,8 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     .await;
 
     // WHEN Prometheus scrapes it every second, with the alert rules loaded
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        root().join("deploy/prometheus/alerts.yml"),
-        dir.path().join("alerts.yml"),
-    )
-    .unwrap();
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [alerts.yml]\n\
-         scrape_configs:\n  - job_name: mongo-kafka-bridge\n    static_configs:\n      - targets: [\"{}\"]\n",
-        bridge.metrics_addr()
-    );
-    std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
-    let port = free_port();
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-    let child = Command::new(prometheus)
-        .arg(format!(
-            "--config.file={}",
-            dir.path().join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let _server = Server(child);
-    let prom: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let server = Server::start(&prometheus, bridge.metrics_addr());
+    let prom = server.addr;
 
     // THEN the key series are there with sensible values
     let p = "{pipeline=\"orders\"}";

@@ -1,23 +1,20 @@
 //! Reload without restart: SIGHUP to a real `run` process re-reads its configuration file and
 //! applies only `[[pipelines]]` changes, while the pipelines that did not change keep running.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bson::{DateTime, Document, doc};
 
-use crate::support::*;
+use crate::common::bridge::{Killed, signal, spawn_binary};
+use crate::common::collect::{collect_from, per_id};
+use crate::common::config::{config_file, config_toml};
+use crate::common::kafka::create_topic;
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::servers::kafka_bootstrap;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(60);
 const QUIET: Duration = Duration::from_secs(2);
-
-fn hup(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-HUP", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 /// Waits until the log at `log` contains `text` `times` times.
 async fn logged(log: &std::path::Path, text: &str, times: usize) {
@@ -72,18 +69,18 @@ async fn sighup_adds_and_removes_pipelines_keeps_the_others_and_rejects_bad_file
     };
     // WHEN b is added and SIGHUP sent
     std::fs::write(file.path(), format!("{only_a}{b}")).unwrap();
-    hup(pid);
+    signal(pid, "HUP");
     // THEN b starts, and what is written to it from then on is published
     wait_offsets(&client, &db, "b", WAIT, |d| d.contains_key("resumeToken")).await;
     insert(&bc, 0..10).await;
     // WHEN the file is broken, or changes more than pipelines
     std::fs::write(file.path(), "[[pipelines").unwrap();
-    hup(pid);
+    signal(pid, "HUP");
     logged(&log, "configuration reload rejected", 1).await;
     let other =
         format!("{only_a}{b}").replace("commit_interval_ms = 200", "commit_interval_ms = 300");
     std::fs::write(file.path(), other).unwrap();
-    hup(pid);
+    signal(pid, "HUP");
     logged(&log, "configuration reload rejected", 2).await;
     // THEN nothing changed: b still publishes
     insert(&bc, 10..20).await;
@@ -95,7 +92,7 @@ async fn sighup_adds_and_removes_pipelines_keeps_the_others_and_rejects_bad_file
         format!("{only_a}{b}").replace(&only_a_pipeline(&db), ""),
     )
     .unwrap();
-    hup(pid);
+    signal(pid, "HUP");
     // THEN a drains and releases its lease, and what is written to it afterwards is not read
     wait_offsets(&client, &db, "a", WAIT, |d| {
         d.get_datetime("leaseUntil")

@@ -5,17 +5,13 @@ use std::time::Duration;
 
 use bson::doc;
 
-use crate::support::*;
+use crate::common::bridge::bridge_on;
+use crate::common::collect::{by_key, collect, operation_types};
+use crate::common::kafka::create_topic;
+use crate::common::mongo::mongo;
+use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Starts a bridge for `db.coll` and waits until its initial position is committed.
-async fn bridge_on(name: &str, db: &str, coll: &str, extra: &str) -> mongo_kafka_bridge::Bridge {
-    let bridge = start_bridge(&config_toml(name, db, Some(coll), extra)).await;
-    let client = mongo().await;
-    wait_offsets(&client, db, name, WAIT, |d| d.contains_key("resumeToken")).await;
-    bridge
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_crud_operation_gives_the_documented_records() {
@@ -58,10 +54,7 @@ async fn every_crud_operation_gives_the_documented_records() {
             .iter()
             .all(|r| r.key.as_deref() == Some(key) && r.partition == records[0].partition)
     );
-    let ops: Vec<_> = records
-        .iter()
-        .map(|r| r.header("mongo.operation_type").unwrap())
-        .collect();
+    let ops = operation_types(&records);
     assert_eq!(ops, ["insert", "update", "replace", "delete", "delete"]);
     assert_eq!(records[4].value, None, "the tombstone has a null value");
     let insert = records[0].json();
@@ -125,10 +118,7 @@ async fn drop_and_invalidate_are_published_and_a_recreated_collection_is_picked_
     let records = collect(&topic, 4, WAIT).await;
     bridge.shutdown();
     bridge.wait().await.unwrap();
-    let ops: Vec<_> = records
-        .iter()
-        .map(|r| r.header("mongo.operation_type").unwrap())
-        .collect();
+    let ops = operation_types(&records);
     assert_eq!(
         ops,
         ["insert", "drop", "invalidate", "insert"],

@@ -7,31 +7,23 @@
 
 use std::time::{Duration, Instant};
 
-use bson::Document;
-
-use super::{
-    Isolation, aborted, check_exactly_once, epochs_taken, log_lines, read, wait_committed,
-};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, log_lines};
+use crate::common::kafka::Isolation;
+use crate::common::load::{Truth, start_load};
+use crate::common::records::{Rec, read};
+use crate::exactly_once::checks::{aborted, check_exactly_once, check_sequence, wait_committed};
+use crate::exactly_once::evidence::{epochs_taken, transactions};
 use crate::say;
+use crate::suite::{Ctx, Row};
 
 pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("eosfence"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eosfence");
-    let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let config = super::write_config(&cfg, "", &ctx.dir, "eosfence.toml");
-    let mut a = BridgeProc::spawn(&config, ctx.dir.join("eosfence-a.log"));
-    let a_addr = a.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let stage = super::stage(ctx, "eosfence", "eosfence", 20, "", "").await;
+    let (inst, cfg, _, coll) = stage.parts();
+    let (mut a, a_addr) = stage.start("eosfence-a.log").await;
     let load = start_load(coll.clone(), 200, 20, 0);
+    let topic = cfg.topic();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut b = BridgeProc::spawn(&config, ctx.dir.join("eosfence-b.log"));
+    let mut b = stage.spawn("eosfence-b.log");
     let b_started = Instant::now();
     let mut row = Row::new("exactly once: two instances, one pipeline (fencing)");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -41,83 +33,23 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
     let fenced_after = b_started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(120)).await;
-    let a_log = a.log_text();
+    let a_transactions = transactions(&a_addr);
+    let (a_log, standby) = check_standby_and_stop(&mut a, &mut b, &mut row);
     let fence = fenced_at(&a_log);
-    row.check(fence.is_some(), || {
-        format!("no fenced line in A's log:\n{}", a.log_tail(10))
-    });
-    let standby = a_log
-        .lines()
-        .find(|l| l.contains("standing by"))
-        .map(|l| l.chars().take(400).collect::<String>());
-    row.check(standby.is_some(), || {
-        format!("A's log has no standing-by line:\n{}", a.log_tail(10))
-    });
-    row.check(a.running(), || {
-        format!(
-            "A exited {:?} instead of standing by:\n{}",
-            a.exit,
-            a.log_tail(10)
-        )
-    });
-    row.check(b.running(), || {
-        format!("B exited {:?}:\n{}", b.exit, b.log_tail(10))
-    });
-    let a_transactions = super::transactions(&a_addr);
-    // A stands by: stopped first, so that it cannot take the pipeline back when B releases it.
-    if a.running() {
-        let status = a.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("A's graceful stop: {status}"));
-    }
-    if b.running() {
-        let status = b.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("B's graceful stop: {status}"));
-    }
-    let (a_epochs, b_epochs) = (epochs_taken(&a_log), epochs_taken(&b.log_text()));
-    row.check(a_epochs == [1] && b_epochs == [2], || {
-        format!("epochs taken: A {a_epochs:?}, B {b_epochs:?} (expected [1] and [2])")
-    });
     let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
     let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
     let v = check_exactly_once(&mut row, &truth, &committed);
     let gone = aborted(&uncommitted, &committed);
-    let repeats = super::sequence_repeats(
-        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
-    );
-    row.check(repeats.is_empty(), || {
-        format!(
-            "committed progress records repeat a commitSequence: {}",
-            repeats.join("; ")
-        )
-    });
+    check_sequence(&mut row, &inst.kafka, &cfg.offsets_db()).await;
     // Whether A had a transaction open at the take-over is timing (one commit interval in
     // two, under this load): when it had none there is nothing to abort, which is not a
     // failure; the exact counts above are the guarantee.
     if gone.is_empty() {
         say!("eosfence: A had no open transaction when B took over (nothing to abort)");
     }
-    let late: Vec<String> = gone
-        .iter()
-        .filter(|r| match (r.timestamp_ms, fence) {
-            (Some(t), Some(f)) => t > f,
-            _ => true,
-        })
-        .map(|r| {
-            format!(
-                "partition {} offset {} at {:?} ms",
-                r.partition, r.offset, r.timestamp_ms
-            )
-        })
-        .collect();
-    row.check(late.is_empty(), || {
-        format!(
-            "{} aborted record(s) produced after A logged the fence (B's?): {}",
-            late.len(),
-            late.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
-        )
-    });
+    check_aborted_before(&mut row, &gone, fence);
     let fenced_line = a_log
         .lines()
         .find(|l| l.to_ascii_lowercase().contains("fenced"))
@@ -146,10 +78,82 @@ pub async fn two_instances(ctx: &Ctx) -> Vec<Row> {
         gone.len()
     );
     let mut row = row.with_verdict(&v);
-    row.runs = format!("2 instances, {} aborted records", gone.len());
-    row.recovery_s = Some(fenced_after);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(
+        format!("2 instances, {} aborted records", gone.len()),
+        Some(fenced_after),
+        stage.started,
+    );
     vec![row]
+}
+
+/// A was fenced and stands by, B runs; then stops A first (so that it cannot take the
+/// pipeline back when B releases it), then B; A took epoch 1 only, B epoch 2. A's log and its
+/// standing-by line.
+fn check_standby_and_stop(
+    a: &mut BridgeProc,
+    b: &mut BridgeProc,
+    row: &mut Row,
+) -> (String, Option<String>) {
+    let a_log = a.log_text();
+    row.check(fenced_at(&a_log).is_some(), || {
+        format!("no fenced line in A's log:\n{}", a.log_tail(10))
+    });
+    let standby = a_log
+        .lines()
+        .find(|l| l.contains("standing by"))
+        .map(|l| l.chars().take(400).collect::<String>());
+    row.check(standby.is_some(), || {
+        format!("A's log has no standing-by line:\n{}", a.log_tail(10))
+    });
+    row.check(a.running(), || {
+        format!(
+            "A exited {:?} instead of standing by:\n{}",
+            a.exit,
+            a.log_tail(10)
+        )
+    });
+    row.check(b.running(), || {
+        format!("B exited {:?}:\n{}", b.exit, b.log_tail(10))
+    });
+    // A stands by: stopped first, so that it cannot take the pipeline back when B releases it.
+    if a.running() {
+        let status = a.stop(Duration::from_secs(30));
+        row.check(status.success(), || format!("A's graceful stop: {status}"));
+    }
+    if b.running() {
+        let status = b.stop(Duration::from_secs(30));
+        row.check(status.success(), || format!("B's graceful stop: {status}"));
+    }
+    let (a_epochs, b_epochs) = (epochs_taken(&a_log), epochs_taken(&b.log_text()));
+    row.check(a_epochs == [1] && b_epochs == [2], || {
+        format!("epochs taken: A {a_epochs:?}, B {b_epochs:?} (expected [1] and [2])")
+    });
+    (a_log, standby)
+}
+
+/// Every aborted record (`gone`) was produced before A logged the fence (at `fence`, Unix
+/// ms): none is B's.
+fn check_aborted_before(row: &mut Row, gone: &[&Rec], fence: Option<i64>) {
+    let late: Vec<String> = gone
+        .iter()
+        .filter(|r| match (r.timestamp_ms, fence) {
+            (Some(t), Some(f)) => t > f,
+            _ => true,
+        })
+        .map(|r| {
+            format!(
+                "partition {} offset {} at {:?} ms",
+                r.partition, r.offset, r.timestamp_ms
+            )
+        })
+        .collect();
+    row.check(late.is_empty(), || {
+        format!(
+            "{} aborted record(s) produced after A logged the fence (B's?): {}",
+            late.len(),
+            late.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        )
+    });
 }
 
 /// When (Unix ms) the log first said the pipeline was fenced.

@@ -13,38 +13,35 @@
 
 use std::time::{Duration, Instant};
 
-use bson::Document;
-
-use super::{Isolation, check_exactly_once, read, wait_committed, warnings};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::kafka::Isolation;
+use crate::common::load::{Truth, start_load};
+use crate::common::records::{Rec, read};
+use crate::exactly_once::checks::{
+    aborted, check_exactly_once, check_follower, check_sequence, wait_commit_after, wait_committed,
+};
+use crate::exactly_once::evidence::{
+    data_layout, landed_after_abort, progress_layout, progress_records, transactions, warnings,
+};
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 const TRANSACTION_TIMEOUT_MS: u64 = 8000;
 const RATE: u32 = 150;
 
 pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
     let freezes = [
         Duration::from_secs(4),
         Duration::from_secs(if ctx.long { 20 } else { 12 }),
     ];
-    let inst = Instance::up(&ctx.script, &ctx.instance("eosfreeze"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eosfreeze");
-    cfg.properties = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
+    let timeout = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
+    let stage = super::stage(ctx, "eosfreeze", "eosfreeze", 20, &timeout, "").await;
+    let follower = stage.follower();
+    let (mut proc, addr) = stage.start("eosfreeze.log").await;
+    let load = start_load(stage.coll.clone(), RATE, 20, 0);
+    let (inst, cfg, _, coll) = stage.parts();
     let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let config = super::write_config(&cfg, "", &ctx.dir, "eosfreeze.toml");
-    let follower = inst
-        .is_kafka()
-        .then(|| super::Follower::start(&inst.kafka, &topic));
-    let mut proc = BridgeProc::spawn(&config, ctx.dir.join("eosfreeze.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    let load = start_load(coll.clone(), RATE, 20, 0);
     let mut row = Row::new(&format!(
         "exactly once: broker frozen {} s and {} s (transaction.timeout.ms {TRANSACTION_TIMEOUT_MS})",
         freezes[0].as_secs(),
@@ -54,67 +51,19 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     let mut recoveries = Vec::new();
     for freeze in freezes {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let before = commit_sequence(&cfg, &client).await;
-        let lines_before = proc.log_text().lines().count();
-        let restarts_before = proc.restarts();
-        inst.freeze_kafka();
-        say!(
-            "eosfreeze: broker SIGSTOPped for {freeze:?} under {RATE} writes/s (commitSequence \
-             {before})"
-        );
-        tokio::time::sleep(freeze).await;
-        inst.thaw_kafka();
-        let thawed = Instant::now();
-        // Running again: the committed position moves (up to 120 s).
-        let frozen_at = commit_sequence(&cfg, &client).await;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while commit_sequence(&cfg, &client).await <= frozen_at
-            && Instant::now() < deadline
-            && proc.running()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let recovered = thawed.elapsed().as_secs_f64();
-        let moved = commit_sequence(&cfg, &client).await > frozen_at;
-        row.check(proc.running(), || {
-            format!(
-                "the bridge exited after the {freeze:?} freeze: {:?}\n{}",
-                proc.exit,
-                proc.log_tail(10)
-            )
-        });
-        row.check(moved, || {
-            format!("no commit within 120 s after the {freeze:?} freeze")
-        });
-        let text = proc.log_text();
-        let new: String = text
-            .lines()
-            .skip(lines_before)
-            .collect::<Vec<_>>()
-            .join("\n");
-        let restarts = proc.restarts() - restarts_before;
-        let what = warnings(&new);
-        say!(
-            "eosfreeze: {freeze:?} freeze: committing again {recovered:.1} s after the thaw, \
-             {restarts} pipeline restart(s); the log's warnings and errors since the freeze:\n  {}",
-            if what.is_empty() {
-                "(none)".to_owned()
-            } else {
-                what.join("\n  ")
-            }
-        );
+        let (restarts, recovered) = freeze_once(&stage, &mut proc, freeze, &mut row).await;
         notes.push(format!("{}s: {restarts} restart(s)", freeze.as_secs()));
         recoveries.push(recovered);
     }
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     let caught_up = Instant::now();
     wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(180)).await;
     let recovery = caught_up.elapsed().as_secs_f64();
     row.check(proc.running(), || {
         format!("the bridge exited: {:?}\n{}", proc.exit, proc.log_tail(10))
     });
-    let transactions = super::transactions(&addr);
+    let transactions = transactions(&addr);
     let status = proc.stop(Duration::from_secs(30));
     row.check(status.success(), || format!("graceful stop: {status}"));
     let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
@@ -122,7 +71,7 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     // noida only: the old producer's copies that landed after their abort marker (see
     // `landed_after_abort`); Kafka refuses them.
     let stale = match inst.broker.as_str() {
-        "noida" => super::landed_after_abort(&uncommitted, &committed),
+        "noida" => landed_after_abort(&uncommitted, &committed),
         _ => Default::default(),
     };
     let strict: Vec<_> = committed
@@ -132,38 +81,12 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
         .collect();
     let v = check_exactly_once(&mut row, &truth, &strict);
     if let Some(f) = &follower {
-        super::check_follower(&mut row, f, &committed).await;
+        check_follower(&mut row, f, &committed).await;
     }
-    let aborted = super::aborted(&uncommitted, &committed).len();
-    let repeats = super::sequence_repeats(
-        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
-    );
-    row.check(repeats.is_empty(), || {
-        format!(
-            "committed progress records repeat a commitSequence: {}",
-            repeats.join("; ")
-        )
-    });
+    let aborted = aborted(&uncommitted, &committed).len();
+    check_sequence(&mut row, &inst.kafka, &cfg.offsets_db()).await;
     if v.duplicates > 0 || !stale.is_empty() {
-        // The evidence: the progress partition and the data partitions around the repeats,
-        // as offset:C|A (committed or aborted for read_committed).
-        let offsets_db = cfg.offsets_db();
-        let pu = super::progress_records(&inst.kafka, &offsets_db, Isolation::Uncommitted).await;
-        let pc = super::progress_records(&inst.kafka, &offsets_db, Isolation::Committed).await;
-        let last = pu.last().map_or(0, |p| p.offset);
-        let tail: Vec<_> = pu
-            .iter()
-            .filter(|p| p.offset + 25 > last)
-            .cloned()
-            .collect();
-        say!(
-            "eosfreeze: progress tail {}",
-            super::progress_layout(&tail, &pc, last)
-        );
-        say!(
-            "eosfreeze: data {}",
-            super::data_layout(&uncommitted, &committed, 12)
-        );
+        print_evidence(&inst.kafka, &cfg.offsets_db(), &uncommitted, &committed).await;
     }
     let metrics = transactions_note(&proc.log_text());
     say!(
@@ -181,17 +104,89 @@ pub async fn broker_frozen(ctx: &Ctx) -> Vec<Row> {
     if !stale.is_empty() {
         notes.push(format!("{} noida copies set aside", stale.len()));
     }
-    row.runs = format!("2 freezes ({})", notes.join(", "));
-    row.recovery_s = recoveries.iter().copied().reduce(f64::max);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(
+        format!("2 freezes ({})", notes.join(", ")),
+        recoveries.iter().copied().reduce(f64::max),
+        stage.started,
+    );
     vec![row]
 }
 
-async fn commit_sequence(cfg: &Cfg, client: &mongodb::Client) -> i64 {
-    cfg.offsets(client)
-        .await
-        .and_then(|d| d.get_i64("commitSequence").ok())
-        .unwrap_or(0)
+/// Freezes the broker for `freeze` and thaws it; checks the bridge keeps running and commits
+/// again (within 120 s). The pipeline restarts meanwhile, and the seconds from the thaw until
+/// the committed position moved.
+async fn freeze_once(
+    stage: &Stage,
+    proc: &mut BridgeProc,
+    freeze: Duration,
+    row: &mut Row,
+) -> (usize, f64) {
+    let (inst, cfg, client, _) = stage.parts();
+    let before = cfg.commit_sequence(client).await;
+    let lines_before = proc.log_text().lines().count();
+    let restarts_before = proc.restarts();
+    inst.freeze_kafka();
+    say!(
+        "eosfreeze: broker SIGSTOPped for {freeze:?} under {RATE} writes/s (commitSequence \
+         {before})"
+    );
+    tokio::time::sleep(freeze).await;
+    inst.thaw_kafka();
+    let thawed = Instant::now();
+    // Running again: the committed position moves (up to 120 s).
+    let frozen_at = cfg.commit_sequence(client).await;
+    wait_commit_after(cfg, client, proc, frozen_at).await;
+    let recovered = thawed.elapsed().as_secs_f64();
+    let moved = cfg.commit_sequence(client).await > frozen_at;
+    row.check(proc.running(), || {
+        format!(
+            "the bridge exited after the {freeze:?} freeze: {:?}\n{}",
+            proc.exit,
+            proc.log_tail(10)
+        )
+    });
+    row.check(moved, || {
+        format!("no commit within 120 s after the {freeze:?} freeze")
+    });
+    let text = proc.log_text();
+    let new: String = text
+        .lines()
+        .skip(lines_before)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let restarts = proc.restarts() - restarts_before;
+    let what = warnings(&new);
+    say!(
+        "eosfreeze: {freeze:?} freeze: committing again {recovered:.1} s after the thaw, \
+         {restarts} pipeline restart(s); the log's warnings and errors since the freeze:\n  {}",
+        if what.is_empty() {
+            "(none)".to_owned()
+        } else {
+            what.join("\n  ")
+        }
+    );
+    (restarts, recovered)
+}
+
+/// The evidence of repeats: the progress partition's tail and the data partitions around the
+/// repeats, as offset:C|A (committed or aborted for read_committed).
+async fn print_evidence(bootstrap: &str, offsets_db: &str, uncommitted: &[Rec], committed: &[Rec]) {
+    let pu = progress_records(bootstrap, offsets_db, Isolation::Uncommitted).await;
+    let pc = progress_records(bootstrap, offsets_db, Isolation::Committed).await;
+    let last = pu.last().map_or(0, |p| p.offset);
+    let tail: Vec<_> = pu
+        .iter()
+        .filter(|p| p.offset + 25 > last)
+        .cloned()
+        .collect();
+    say!(
+        "eosfreeze: progress tail {}",
+        progress_layout(&tail, &pc, last)
+    );
+    say!(
+        "eosfreeze: data {}",
+        data_layout(uncommitted, committed, 12)
+    );
 }
 
 /// How many "pipeline failed; restarting" lines name a fenced producer or a timeout.

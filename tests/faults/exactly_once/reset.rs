@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 use bson::{Document, doc};
 use mongodb::Collection;
 
-use super::{Isolation, read};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, binary};
+use crate::common::kafka::Isolation;
+use crate::common::records::{EventId, read};
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 const BATCH: i64 = 100;
 /// Batch names and their first `_id` (batch k: `1000·k ..`).
@@ -79,7 +81,7 @@ fn check_batches(row: &mut Row, when: &str, seen: &BTreeMap<usize, (usize, usize
 }
 
 fn offsets_command(config: &Path, args: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"))
+    let out = std::process::Command::new(binary())
         .args(["offsets", "reset"])
         .args(args)
         .arg("--config")
@@ -125,102 +127,30 @@ fn sequence(doc: &Document, field: &str) -> i64 {
     doc.get_i64(field).unwrap_or(0)
 }
 
-pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("eosreset"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eosreset");
-    let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    let config = super::write_config(&cfg, "start_at = \"now\"\n", &ctx.dir, "eosreset.toml");
-    let log = |i: usize| ctx.dir.join(format!("eosreset-{i}.log"));
-    let mut row = Row::new("exactly once: offsets reset and --delete while stopped");
-    let stop = |row: &mut Row, proc: &mut BridgeProc, when: &str| {
-        let status = proc.stop(Duration::from_secs(30));
-        row.check(status.success(), || {
-            format!("graceful stop {when}: {status}")
-        });
-    };
+/// Stops `proc` gracefully (`when`: for the report).
+fn stop(row: &mut Row, proc: &mut BridgeProc, when: &str) {
+    let status = proc.stop(Duration::from_secs(30));
+    row.check(status.success(), || {
+        format!("graceful stop {when}: {status}")
+    });
+}
 
+pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
+    // (no update documents: the batches are inserts)
+    let stage = super::stage(ctx, "eosreset", "eosreset", 0, "", "start_at = \"now\"\n").await;
+    let (inst, cfg, client, coll) = stage.parts();
+    let topic = cfg.topic();
+    let mut row = Row::new("exactly once: offsets reset and --delete while stopped");
     // Batch 0, delivered; a graceful stop leaves the progress record and the offsets
     // document at the same position.
-    let mut proc = BridgeProc::spawn(&config, log(0));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    write_batch(&coll, 0).await;
+    let mut proc = stage.spawn("eosreset-0.log");
+    cfg.wait_started(client, Duration::from_secs(60)).await;
+    write_batch(coll, 0).await;
     let seen = wait_batch(&inst.kafka, &topic, 0).await;
     check_batches(&mut row, "before the first stop", &seen, 0);
     stop(&mut row, &mut proc, "after batch 0");
-    let before = cfg.offsets(&client).await.expect("offsets document");
-
-    // A while stopped, reset to now, B: B once, A never.
-    write_batch(&coll, 1).await;
-    offsets_command(&config, &["--to-now"]);
-    let reset = cfg.offsets(&client).await.expect("offsets document");
-    say!(
-        "eosreset: offsets reset --to-now: {} → {}",
-        summary(Some(&before)),
-        summary(Some(&reset))
-    );
-    row.check(
-        sequence(&reset, "resetSequence") == sequence(&before, "resetSequence") + 1,
-        || {
-            format!(
-                "reset --to-now: resetSequence {} → {} (expected +1)",
-                sequence(&before, "resetSequence"),
-                sequence(&reset, "resetSequence")
-            )
-        },
-    );
-    write_batch(&coll, 2).await;
-    let mut proc = BridgeProc::spawn(&config, log(1));
-    let seen = wait_batch(&inst.kafka, &topic, 2).await;
-    check_batches(&mut row, "after reset --to-now", &seen, 2);
-    let ahead = proc
-        .log_text()
-        .contains("the progress topic is ahead of the offsets document");
-    row.check(!ahead, || {
-        "after reset --to-now the start took the older progress record (\"the progress topic is \
-         ahead of the offsets document\")"
-            .to_owned()
-    });
-    stop(&mut row, &mut proc, "after batch B");
-    let before = cfg.offsets(&client).await.expect("offsets document");
-
-    // C while stopped, reset --delete, started, D: D once, C never.
-    write_batch(&coll, 3).await;
-    offsets_command(&config, &["--delete"]);
-    let kept = cfg.offsets(&client).await;
-    say!(
-        "eosreset: offsets reset --delete: {} → {}",
-        summary(Some(&before)),
-        summary(kept.as_ref())
-    );
-    row.check(
-        kept.as_ref().is_some_and(|d| {
-            d.get_i64("epoch").ok() == before.get_i64("epoch").ok().map(|e| e + 1)
-                && sequence(d, "resetSequence") == sequence(&before, "resetSequence") + 1
-                && !d.contains_key("resumeToken")
-        }),
-        || {
-            format!(
-                "reset --delete should keep a document with epoch and resetSequence + 1 and no \
-                 position; before {before:?}, after {kept:?}"
-            )
-        },
-    );
-    let mut proc = BridgeProc::spawn(&config, log(2));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    write_batch(&coll, 4).await;
-    let seen = wait_batch(&inst.kafka, &topic, 4).await;
-    check_batches(&mut row, "after reset --delete", &seen, 4);
-    let ahead = proc
-        .log_text()
-        .contains("the progress topic is ahead of the offsets document");
-    row.check(!ahead, || {
-        "after reset --delete the start took the older progress record".to_owned()
-    });
-    stop(&mut row, &mut proc, "at the end");
+    reset_to_now(&stage, &mut row).await;
+    reset_delete(&stage, &mut row).await;
     let seen = batches(&inst.kafka, &topic).await;
     check_batches(&mut row, "at the end", &seen, 4);
     say!(
@@ -246,6 +176,86 @@ pub async fn offsets_reset(ctx: &Ctx) -> Vec<Row> {
             .sum(),
     );
     row.runs = "2 resets, 3 starts".to_owned();
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
+}
+
+/// With the bridge stopped: A written, `offsets reset --to-now`, started, B written: B once, A
+/// never, and the start did not take the older progress record.
+async fn reset_to_now(stage: &Stage, row: &mut Row) {
+    let (inst, cfg, client, coll) = stage.parts();
+    let topic = cfg.topic();
+    let before = cfg.offsets(client).await.expect("offsets document");
+    write_batch(coll, 1).await;
+    offsets_command(&stage.config, &["--to-now"]);
+    let reset = cfg.offsets(client).await.expect("offsets document");
+    say!(
+        "eosreset: offsets reset --to-now: {} → {}",
+        summary(Some(&before)),
+        summary(Some(&reset))
+    );
+    row.check(
+        sequence(&reset, "resetSequence") == sequence(&before, "resetSequence") + 1,
+        || {
+            format!(
+                "reset --to-now: resetSequence {} → {} (expected +1)",
+                sequence(&before, "resetSequence"),
+                sequence(&reset, "resetSequence")
+            )
+        },
+    );
+    write_batch(coll, 2).await;
+    let mut proc = stage.spawn("eosreset-1.log");
+    let seen = wait_batch(&inst.kafka, &topic, 2).await;
+    check_batches(row, "after reset --to-now", &seen, 2);
+    let ahead = proc
+        .log_text()
+        .contains("the progress topic is ahead of the offsets document");
+    row.check(!ahead, || {
+        "after reset --to-now the start took the older progress record (\"the progress topic is \
+         ahead of the offsets document\")"
+            .to_owned()
+    });
+    stop(row, &mut proc, "after batch B");
+}
+
+/// With the bridge stopped: C written, `offsets reset --delete` (a document with the epoch and
+/// resetSequence raised and no position kept), started, D written: D once, C never.
+async fn reset_delete(stage: &Stage, row: &mut Row) {
+    let (inst, cfg, client, coll) = stage.parts();
+    let topic = cfg.topic();
+    let before = cfg.offsets(client).await.expect("offsets document");
+    write_batch(coll, 3).await;
+    offsets_command(&stage.config, &["--delete"]);
+    let kept = cfg.offsets(client).await;
+    say!(
+        "eosreset: offsets reset --delete: {} → {}",
+        summary(Some(&before)),
+        summary(kept.as_ref())
+    );
+    row.check(
+        kept.as_ref().is_some_and(|d| {
+            d.get_i64("epoch").ok() == before.get_i64("epoch").ok().map(|e| e + 1)
+                && sequence(d, "resetSequence") == sequence(&before, "resetSequence") + 1
+                && !d.contains_key("resumeToken")
+        }),
+        || {
+            format!(
+                "reset --delete should keep a document with epoch and resetSequence + 1 and no \
+                 position; before {before:?}, after {kept:?}"
+            )
+        },
+    );
+    let mut proc = stage.spawn("eosreset-2.log");
+    cfg.wait_started(client, Duration::from_secs(60)).await;
+    write_batch(coll, 4).await;
+    let seen = wait_batch(&inst.kafka, &topic, 4).await;
+    check_batches(row, "after reset --delete", &seen, 4);
+    let ahead = proc
+        .log_text()
+        .contains("the progress topic is ahead of the offsets document");
+    row.check(!ahead, || {
+        "after reset --delete the start took the older progress record".to_owned()
+    });
+    stop(row, &mut proc, "at the end");
 }

@@ -11,77 +11,45 @@
 
 use std::time::{Duration, Instant};
 
-use bson::Document;
-
-use super::{Follower, Isolation, check_exactly_once, check_follower, read, wait_committed};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::{BridgeProc, signal};
+use crate::common::kafka::Isolation;
+use crate::common::load::{Truth, start_load};
+use crate::common::records::{Consumer, read};
+use crate::exactly_once::checks::{
+    aborted, check_exactly_once, check_follower, wait_commit_after, wait_committed,
+};
+use crate::exactly_once::evidence::transactions;
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 const TRANSACTION_TIMEOUT_MS: u64 = 8000;
 const PAUSE: Duration = Duration::from_secs(20);
 const RATE: u32 = 150;
 
-async fn commit_sequence(cfg: &Cfg, client: &mongodb::Client) -> i64 {
-    cfg.offsets(client)
-        .await
-        .and_then(|d| d.get_i64("commitSequence").ok())
-        .unwrap_or(0)
-}
-
 pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
-    let inst = Instance::up(&ctx.script, &ctx.instance("eostimeout"), false);
-    let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eostimeout");
-    cfg.properties = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
-    let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let config = super::write_config(&cfg, "", &ctx.dir, "eostimeout.toml");
-    let follower = Follower::start(&inst.kafka, &topic);
-    let mut proc = BridgeProc::spawn(&config, ctx.dir.join("eostimeout.log"));
-    let addr = proc.metrics_addr(Duration::from_secs(30));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
-    let load = start_load(coll.clone(), RATE, 20, 0);
     let mut row = Row::new(&format!(
         "exactly once: coordinator timed a transaction out (bridge paused {} s, \
          transaction.timeout.ms {TRANSACTION_TIMEOUT_MS})",
         PAUSE.as_secs()
     ));
+    let timeout = format!("\"transaction.timeout.ms\" = {TRANSACTION_TIMEOUT_MS}");
+    let stage = super::stage(ctx, "eostimeout", "eostimeout", 20, &timeout, "").await;
+    let (inst, cfg, _, coll) = stage.parts();
+    let topic = cfg.topic();
+    let follower = Consumer::read_committed(&inst.kafka, &topic);
+    let (mut proc, addr) = stage.start("eostimeout.log").await;
+    let load = start_load(coll.clone(), RATE, 20, 0);
     // GIVEN a transaction open (150 writes/s, a commit every 200 ms)
-    let before = super::transactions(&addr).unwrap_or_default();
+    let before = transactions(&addr).unwrap_or_default();
     let mut recoveries = Vec::new();
     let mut pauses = 0;
     // (up to 3 pauses: one that lands between two transactions times nothing out)
     while pauses < 3 {
         pauses += 1;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        // WHEN the bridge is paused longer than transaction.timeout.ms, and woken
-        signal(proc.pid(), "STOP");
-        tokio::time::sleep(PAUSE).await;
-        let frozen_at = commit_sequence(&cfg, &client).await;
-        signal(proc.pid(), "CONT");
-        let woken = Instant::now();
-        // THEN it commits again on its own
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while commit_sequence(&cfg, &client).await <= frozen_at
-            && Instant::now() < deadline
-            && proc.running()
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        recoveries.push(woken.elapsed().as_secs_f64());
-        row.check(commit_sequence(&cfg, &client).await > frozen_at, || {
-            format!(
-                "no commit within 120 s after the pause\n{}",
-                proc.log_tail(10)
-            )
-        });
-        let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
-        let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
-        let aborted = super::aborted(&uncommitted, &committed).len();
+        let (recovered, aborted) = pause_once(&stage, &mut proc, &mut row).await;
+        recoveries.push(recovered);
         say!("eostimeout: pause {pauses}: {aborted} aborted records so far");
         if aborted > 0 || !proc.running() {
             break;
@@ -90,12 +58,12 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
     let recovered = recoveries.iter().copied().fold(0.0, f64::max);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(180)).await;
     row.check(proc.running(), || {
         format!("the bridge exited: {:?}\n{}", proc.exit, proc.log_tail(10))
     });
-    let after = super::transactions(&addr).unwrap_or_default();
+    let after = transactions(&addr).unwrap_or_default();
     let timed_out = proc
         .log_text()
         .lines()
@@ -109,7 +77,7 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
     let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
     let v = check_exactly_once(&mut row, &truth, &committed);
     check_follower(&mut row, &follower, &committed).await;
-    let aborted = super::aborted(&uncommitted, &committed).len();
+    let aborted = aborted(&uncommitted, &committed).len();
     row.check(aborted > 0, || {
         format!("no aborted record after {pauses} pauses: none caught an open transaction")
     });
@@ -128,8 +96,35 @@ pub async fn coordinator_timeout(ctx: &Ctx) -> Vec<Row> {
         }
     );
     let mut row = row.with_verdict(&v);
-    row.runs = format!("{pauses} pause(s) of {} s", PAUSE.as_secs());
-    row.recovery_s = Some(recovered);
-    row.seconds = started.elapsed().as_secs_f64();
+    row.finish(
+        format!("{pauses} pause(s) of {} s", PAUSE.as_secs()),
+        Some(recovered),
+        stage.started,
+    );
     vec![row]
+}
+
+/// Pauses the bridge longer than `transaction.timeout.ms` and wakes it: it commits again on its
+/// own (within 120 s). The seconds from the wake-up until then, and the aborted records so far.
+async fn pause_once(stage: &Stage, proc: &mut BridgeProc, row: &mut Row) -> (f64, usize) {
+    let (inst, cfg, client, _) = stage.parts();
+    let topic = cfg.topic();
+    // WHEN the bridge is paused longer than transaction.timeout.ms, and woken
+    signal(proc.pid(), "STOP");
+    tokio::time::sleep(PAUSE).await;
+    let frozen_at = cfg.commit_sequence(client).await;
+    signal(proc.pid(), "CONT");
+    let woken = Instant::now();
+    // THEN it commits again on its own
+    wait_commit_after(cfg, client, proc, frozen_at).await;
+    let recovered = woken.elapsed().as_secs_f64();
+    row.check(cfg.commit_sequence(client).await > frozen_at, || {
+        format!(
+            "no commit within 120 s after the pause\n{}",
+            proc.log_tail(10)
+        )
+    });
+    let committed = read(&inst.kafka, &topic, Isolation::Committed).await;
+    let uncommitted = read(&inst.kafka, &topic, Isolation::Uncommitted).await;
+    (recovered, aborted(&uncommitted, &committed).len())
 }

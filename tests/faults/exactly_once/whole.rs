@@ -22,13 +22,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bson::{Document, doc};
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{Isolation, check_exactly_once, epochs_taken, read, read_all, wait_committed};
-use crate::Ctx;
-use crate::harness::*;
+use crate::common::bridge::BridgeProc;
+use crate::common::kafka::{Isolation, assign_from_start, consumer};
+use crate::common::load::{Truth, start_load};
+use crate::common::records::{EventId, Rec, read, read_all};
+use crate::exactly_once::checks::{
+    check_exactly_once, check_follower, check_sequence, wait_committed,
+};
+use crate::exactly_once::evidence::epochs_taken;
 use crate::say;
+use crate::stage::Stage;
+use crate::suite::{Ctx, Row};
 
 const SIZE: usize = 300;
 const BASE: i64 = 1_000_000;
@@ -57,27 +62,14 @@ fn per_round(recs: &[Rec]) -> BTreeMap<i64, (usize, usize)> {
 }
 
 pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
-    let started = Instant::now();
     let (rounds, extra_rounds) = if ctx.long { (10, 3) } else { (3, 3) };
-    let inst = Instance::up(&ctx.script, &ctx.instance("eostxn"), false);
-    let cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, "eostxn");
+    let extra = "max_transaction_events = 10\n";
+    let stage = super::stage(ctx, "eostxn", "eostxn", 20, "", extra).await;
+    let (inst, cfg, client, coll) = stage.parts();
     let topic = cfg.topic();
-    create_topic(&inst.kafka, &topic, 3).await;
-    let client = inst.client().await;
-    let coll = client.database(&cfg.db).collection::<Document>(COLL);
-    prepare_update_keys(&coll, 20).await;
-    let config = super::write_config(
-        &cfg,
-        "max_transaction_events = 10\n",
-        &ctx.dir,
-        "eostxn.toml",
-    );
-    let log = |i: usize| ctx.dir.join(format!("eostxn-{i}.log"));
-    let follower = inst
-        .is_kafka()
-        .then(|| super::Follower::start(&inst.kafka, &topic));
-    let mut proc = BridgeProc::spawn(&config, log(0));
-    cfg.wait_started(&client, Duration::from_secs(60)).await;
+    let follower = stage.follower();
+    let mut proc = stage.spawn("eostxn-0.log");
+    cfg.wait_started(client, Duration::from_secs(60)).await;
     let poller = Poller::start(&inst.kafka, &topic);
     let watcher = Watcher::start(&inst.kafka, &topic);
     let load = start_load(coll.clone(), 50, 20, 0);
@@ -86,68 +78,18 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
     let mut round = 0;
     while round < rounds || (landed.iter().all(|l: &bool| !l) && round < rounds + extra_rounds) {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        watcher.arm(round, proc.pid());
-        let docs: Vec<Document> = (0..SIZE as i64)
-            .map(|i| doc! { "_id": BASE + 1000 * round + i })
-            .collect();
-        let mut session = client.start_session().await.expect("session");
-        session
-            .start_transaction()
-            .await
-            .expect("start transaction");
-        coll.insert_many(docs)
-            .session(&mut session)
-            .await
-            .expect("insert 300 in a transaction");
-        session
-            .commit_transaction()
-            .await
-            .expect("commit the transaction");
-        let killed = tokio::task::block_in_place(|| proc.wait_exit(Duration::from_secs(30)));
-        row.check(killed.is_some(), || {
-            format!("round {round}: the watcher saw no record of the transaction within 30 s")
-        });
-        proc.kill9(); // reaps it (or kills it when the watcher did not)
-        let committed = per_round(&read(&inst.kafka, &topic, Isolation::Committed).await);
-        let uncommitted = per_round(&read(&inst.kafka, &topic, Isolation::Uncommitted).await);
-        let c = committed.get(&round).copied().unwrap_or_default();
-        let u = uncommitted.get(&round).copied().unwrap_or_default();
-        let mid = c.1 == 0 && u.1 > 0;
-        landed.push(mid);
-        say!(
-            "eostxn round {round}: killed {}; right after: read_committed {} of the 300, \
-             read_uncommitted {} ({})",
-            watcher.fired_note(round),
-            c.1,
-            u.1,
-            if mid && u.0 < SIZE {
-                "mid-transaction: a part published, none committed"
-            } else if mid {
-                "mid-transaction: all published, not committed"
-            } else if c.1 > 0 {
-                "too late: committed before the kill"
-            } else {
-                "too early: nothing published yet"
-            }
-        );
-        let epoch = round + 2;
-        proc = BridgeProc::spawn(&config, log(round as usize + 1));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !(epochs_taken(&proc.log_text()).contains(&epoch) && poller.complete(round))
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        row.check(epochs_taken(&proc.log_text()).contains(&epoch), || {
-            format!("round {round}: the next instance did not take epoch {epoch}")
-        });
-        row.check(poller.complete(round), || {
-            format!("round {round}: read_committed did not see the 300 within 60 s of the restart")
-        });
+        let killed = Round {
+            stage: &stage,
+            poller: &poller,
+            watcher: &watcher,
+            round,
+        };
+        landed.push(killed.kill_mid_transaction(&mut proc, &mut row).await);
+        killed.restart(&mut proc, &mut row).await;
         round += 1;
     }
     let (acked, errors) = load.stop().await;
-    let truth = Truth::read(&coll).await;
+    let truth = Truth::read(coll).await;
     wait_committed(&inst.kafka, &topic, &truth, Duration::from_secs(120)).await;
     let status = proc.stop(Duration::from_secs(30));
     row.check(status.success(), || format!("graceful stop: {status}"));
@@ -156,18 +98,10 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
     let recs = read(&inst.kafka, &topic, Isolation::Committed).await;
     let v = check_exactly_once(&mut row, &truth, &recs);
     if let Some(f) = &follower {
-        super::check_follower(&mut row, f, &recs).await;
+        check_follower(&mut row, f, &recs).await;
     }
     let kills_landed = landed.iter().filter(|l| **l).count();
-    let repeats = super::sequence_repeats(
-        &super::progress_records(&inst.kafka, &cfg.offsets_db(), Isolation::Committed).await,
-    );
-    row.check(repeats.is_empty(), || {
-        format!(
-            "committed progress records repeat a commitSequence: {}",
-            repeats.join("; ")
-        )
-    });
+    check_sequence(&mut row, &inst.kafka, &cfg.offsets_db()).await;
     row.check(polls.violations.is_empty(), || {
         format!(
             "read_committed saw a part of a MongoDB transaction (or a duplicate) in {} of {} \
@@ -202,8 +136,90 @@ pub async fn whole_transactions(ctx: &Ctx) -> Vec<Row> {
         "{round} kills ({kills_landed} mid-transaction), {} polls",
         polls.polls
     );
-    row.seconds = started.elapsed().as_secs_f64();
+    row.seconds = stage.started.elapsed().as_secs_f64();
     vec![row]
+}
+
+/// One round of the scenario.
+struct Round<'a> {
+    stage: &'a Stage,
+    poller: &'a Poller,
+    watcher: &'a Watcher,
+    round: i64,
+}
+
+impl Round<'_> {
+    /// Commits the round's MongoDB transaction of 300 with the watcher armed to kill `proc`
+    /// at its first record; whether the kill landed mid-transaction (fresh reads right after
+    /// it: `read_committed` none of the 300, `read_uncommitted` some).
+    async fn kill_mid_transaction(&self, proc: &mut BridgeProc, row: &mut Row) -> bool {
+        let (inst, cfg, client, coll) = self.stage.parts();
+        let (round, topic) = (self.round, cfg.topic());
+        self.watcher.arm(round, proc.pid());
+        let docs: Vec<Document> = (0..SIZE as i64)
+            .map(|i| doc! { "_id": BASE + 1000 * round + i })
+            .collect();
+        let mut session = client.start_session().await.expect("session");
+        session
+            .start_transaction()
+            .await
+            .expect("start transaction");
+        coll.insert_many(docs)
+            .session(&mut session)
+            .await
+            .expect("insert 300 in a transaction");
+        session
+            .commit_transaction()
+            .await
+            .expect("commit the transaction");
+        let killed = tokio::task::block_in_place(|| proc.wait_exit(Duration::from_secs(30)));
+        row.check(killed.is_some(), || {
+            format!("round {round}: the watcher saw no record of the transaction within 30 s")
+        });
+        proc.kill9(); // reaps it (or kills it when the watcher did not)
+        let committed = per_round(&read(&inst.kafka, &topic, Isolation::Committed).await);
+        let uncommitted = per_round(&read(&inst.kafka, &topic, Isolation::Uncommitted).await);
+        let c = committed.get(&round).copied().unwrap_or_default();
+        let u = uncommitted.get(&round).copied().unwrap_or_default();
+        let mid = c.1 == 0 && u.1 > 0;
+        say!(
+            "eostxn round {round}: killed {}; right after: read_committed {} of the 300, \
+             read_uncommitted {} ({})",
+            self.watcher.fired_note(round),
+            c.1,
+            u.1,
+            if mid && u.0 < SIZE {
+                "mid-transaction: a part published, none committed"
+            } else if mid {
+                "mid-transaction: all published, not committed"
+            } else if c.1 > 0 {
+                "too late: committed before the kill"
+            } else {
+                "too early: nothing published yet"
+            }
+        );
+        mid
+    }
+
+    /// Starts the next instance in `proc`: it takes the next epoch, and `read_committed` sees
+    /// the round's 300 (within 60 s).
+    async fn restart(&self, proc: &mut BridgeProc, row: &mut Row) {
+        let round = self.round;
+        let epoch = round + 2;
+        *proc = self.stage.spawn(&format!("eostxn-{}.log", round + 1));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(epochs_taken(&proc.log_text()).contains(&epoch) && self.poller.complete(round))
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        row.check(epochs_taken(&proc.log_text()).contains(&epoch), || {
+            format!("round {round}: the next instance did not take epoch {epoch}")
+        });
+        row.check(self.poller.complete(round), || {
+            format!("round {round}: read_committed did not see the 300 within 60 s of the restart")
+        });
+    }
 }
 
 /// What the polling `read_committed` reader saw.
@@ -300,20 +316,13 @@ struct Watcher {
 
 impl Watcher {
     fn start(bootstrap: &str, topic: &str) -> Self {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", format!("faults-eostxn-{}", std::process::id()))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", Isolation::Uncommitted.as_str())
-            .set("fetch.wait.max.ms", "5")
-            .create()
-            .expect("consumer");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..3 {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .expect("partition");
-        }
-        consumer.assign(&tpl).expect("assign");
+        let group = format!("faults-eostxn-{}", std::process::id());
+        let settings = [
+            ("isolation.level", Isolation::Uncommitted.as_str()),
+            ("fetch.wait.max.ms", "5"),
+        ];
+        let consumer = consumer(bootstrap, &group, &settings);
+        assign_from_start(&consumer, topic, 3);
         let stop = Arc::new(AtomicBool::new(false));
         let armed = Arc::new(Mutex::new(None::<(i64, u32)>));
         let fired = Arc::new(Mutex::new(HashMap::new()));
@@ -329,7 +338,7 @@ impl Watcher {
                 let Some(Ok(m)) = consumer.poll(Duration::from_millis(10)) else {
                     continue;
                 };
-                let rec = super::parse(&m);
+                let rec = Rec::decode(&m);
                 let Some(round) = round_of(&rec) else {
                     continue;
                 };

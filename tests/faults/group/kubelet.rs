@@ -14,27 +14,26 @@
 //!
 //! 10 minutes; `MKB_FAULTS_KUBELET_S=<seconds>` for another duration.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bson::{Bson, Document, doc};
-use futures::TryStreamExt;
-use mongodb::{Client, Collection};
+use bson::Document;
+use mongodb::Collection;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::Ctx;
+use crate::common::bridge::BridgeProc;
+use crate::common::load::Truth;
+use crate::common::observe::fetch;
+use crate::common::records::Consumer;
+use crate::common::verdict::verify;
+use crate::group::epochs::{EpochWatch, Epochs};
 use crate::group::{Member, World, settled};
-use crate::harness::*;
 use crate::say;
+use crate::suite::{Ctx, Row, since_start};
 
 const MEMBERS: usize = 3;
 const PIPELINES: usize = 6;
-/// Writes per second to each pipeline's collection.
-const RATE: u32 = 30;
 /// The livenessProbe: `periodSeconds: 10`, `failureThreshold: 3`.
 const PROBE_PERIOD: Duration = Duration::from_secs(10);
 const FAILURE_THRESHOLD: u32 = 3;
@@ -51,29 +50,19 @@ fn duration() -> Duration {
 pub async fn kubelet(ctx: &Ctx) -> Vec<Row> {
     let started = Instant::now();
     let run_for = duration();
-    let World {
-        inst: _inst,
-        cfg,
-        client,
-        colls,
-        consumers,
-    } = World::up(ctx, "kubelet", "kubelet", PIPELINES).await;
-    let config = ctx.dir.join("kubelet.toml");
-    std::fs::write(&config, cfg.toml()).expect("write config");
+    let world = World::up(ctx, "kubelet", "kubelet", PIPELINES).await;
+    let config = world.write("kubelet.toml");
+    let (cfg, client, colls, consumers) = world.parts();
     let mut row = Row::new(&format!(
         "kubelet: probes + chaos kill -9, {MEMBERS} members, {PIPELINES} pipelines"
     ));
-    let epochs = EpochWatch::start(&client, &cfg.offsets_db());
+    let epochs = EpochWatch::start(client, &cfg.offsets_db());
     let mut kubelet = Kubelet::start(ctx.dir.clone(), config);
     if kubelet.settled().await.is_none() {
         row.check(false, || "the pipelines never had one owner each".into());
         return vec![row];
     }
-    let loads: Vec<Load> = colls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| start_load(c.clone(), RATE, 5, (i as i64) * 1_000_000))
-        .collect();
+    let loads = world.start_loads();
     let mut rng = StdRng::seed_from_u64(ctx.seed);
     kubelet.run(run_for, &mut rng).await;
     let owners = kubelet.settled().await;
@@ -83,7 +72,7 @@ pub async fn kubelet(ctx: &Ctx) -> Vec<Row> {
     for load in loads {
         load.stop().await;
     }
-    verify_pipelines(&mut row, &colls, &consumers).await;
+    verify_pipelines(&mut row, colls, consumers).await;
     kubelet.stop_all(&mut row);
     let epochs = epochs.stop().await;
     kubelet.report(&mut row, &epochs);
@@ -214,7 +203,7 @@ impl Kubelet {
             .iter()
             .map(|m| {
                 let addr = m.addr.clone();
-                tokio::task::spawn_blocking(move || http_get(&addr, "/healthz"))
+                tokio::task::spawn_blocking(move || fetch(&addr, "/healthz"))
             })
             .collect();
         for (i, ask) in asks.into_iter().enumerate() {
@@ -334,95 +323,4 @@ fn last_error(proc: &BridgeProc) -> String {
         .or_else(|| text.lines().last())
         .unwrap_or("(empty log)")
         .to_owned()
-}
-
-/// What the epoch watch saw.
-#[derive(Debug, Default)]
-struct Epochs {
-    /// Pipeline → its epochs in the order they appeared.
-    seen: BTreeMap<String, Vec<i64>>,
-    /// Every sample in which an epoch was lower than before.
-    decreases: Vec<String>,
-    samples: usize,
-    failed_reads: usize,
-}
-
-/// Reads every pipeline's epoch from the offsets documents once a second, in a task.
-/// Stops when dropped (a scenario that panics or returns early).
-struct EpochWatch {
-    stop: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<Epochs>>,
-}
-
-impl EpochWatch {
-    fn start(client: &Client, offsets_db: &str) -> Self {
-        let coll = client
-            .database(offsets_db)
-            .collection::<Document>("offsets");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = Arc::clone(&stop);
-        let task = tokio::spawn(async move {
-            let mut out = Epochs::default();
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while !s.load(Ordering::Relaxed) {
-                tick.tick().await;
-                match tokio::time::timeout(Duration::from_secs(5), read_epochs(&coll)).await {
-                    Ok(Some(now)) => out.record(now),
-                    _ => out.failed_reads += 1,
-                }
-            }
-            out
-        });
-        Self {
-            stop,
-            task: Some(task),
-        }
-    }
-
-    async fn stop(mut self) -> Epochs {
-        self.stop.store(true, Ordering::Relaxed);
-        let task = self.task.take().expect("epoch watch task");
-        task.await.expect("epoch watch")
-    }
-}
-
-impl Drop for EpochWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Epochs {
-    fn record(&mut self, now: BTreeMap<String, i64>) {
-        self.samples += 1;
-        for (name, epoch) in now {
-            let seen = self.seen.entry(name.clone()).or_default();
-            match seen.last() {
-                Some(last) if epoch < *last => {
-                    let text = format!(
-                        "{name}: epoch {epoch} after {last} at {:.1} s",
-                        since_start()
-                    );
-                    say!("kubelet: EPOCH WENT DOWN: {text}");
-                    self.decreases.push(text);
-                    seen.push(epoch);
-                }
-                Some(last) if epoch == *last => {}
-                _ => seen.push(epoch),
-            }
-        }
-    }
-}
-
-/// Pipeline → epoch of every offsets document (`None` when the read failed).
-async fn read_epochs(coll: &Collection<Document>) -> Option<BTreeMap<String, i64>> {
-    let mut cursor = coll.find(doc! {}).await.ok()?;
-    let mut out = BTreeMap::new();
-    while let Some(d) = cursor.try_next().await.ok()? {
-        if let (Some(Bson::String(name)), Ok(epoch)) = (d.get("_id"), d.get_i64("epoch")) {
-            out.insert(name.clone(), epoch);
-        }
-    }
-    Some(out)
 }

@@ -1,13 +1,18 @@
 //! Readiness and metrics under server faults, each test on its own `scripts/services` instance
-//! (they stop or freeze servers, or set server-wide fail points), so they run in parallel with
-//! the rest. They skip when the servers are external (`MKB_SERVICES_MANAGED` unset).
+//! (they stop or freeze servers, or set server-wide fail points). They skip when the servers
+//! are external (`MKB_SERVICES_MANAGED` unset). Ordinary tests of this binary (see `main.rs`).
 
 use std::time::Duration;
 
 use bson::doc;
 
-use crate::opsutil::{Instance, eventually, get, try_get};
-use crate::support::{config, config_file, spawn_binary, unique};
+use crate::common::bridge::spawn_binary;
+use crate::common::config::{config, config_file};
+use crate::common::mongo::fail_point;
+use crate::common::observe::{get, try_get};
+use crate::common::servers::Instance;
+use crate::common::{eventually, unique};
+use crate::suite::turn;
 
 fn toml(mongo_uri: &str, kafka: &str, db: &str, listen: &str) -> String {
     format!(
@@ -48,7 +53,10 @@ async fn ready(addr: std::net::SocketAddr, want: u16, reason: &'static str) -> S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_fails_under_a_frozen_broker_and_a_stopped_server_and_recovers() {
-    let Some(instance) = Instance::up("ops-ready", &[]) else {
+    let Some(_turn) = turn("ops").await else {
+        return;
+    };
+    let Some(instance) = Instance::managed("ops-ready", &[]) else {
         return;
     };
     // GIVEN a ready bridge on its own servers
@@ -94,21 +102,18 @@ async fn readyz_fails_under_a_frozen_broker_and_a_stopped_server_and_recovers() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn history_headroom_is_absent_with_a_log_line_when_the_oplog_cannot_be_read() {
-    let Some(instance) = Instance::up("ops-nohist", &[]) else {
+    let Some(_turn) = turn("ops").await else {
+        return;
+    };
+    let Some(instance) = Instance::managed("ops-nohist", &[]) else {
         return;
     };
     // GIVEN a server that refuses `find` (code 13) to the bridge's connections only
     let admin = mongodb::Client::with_uri_str(&instance.mongo_uri)
         .await
         .unwrap();
-    admin
-        .database("admin")
-        .run_command(doc! {
-            "configureFailPoint": "failCommand", "mode": "alwaysOn",
-            "data": { "failCommands": ["find"], "errorCode": 13, "appName": "mkb-nohistory" },
-        })
-        .await
-        .unwrap();
+    let refused = doc! { "failCommands": ["find"], "errorCode": 13, "appName": "mkb-nohistory" };
+    fail_point(&admin, "alwaysOn", refused).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,10 +1,6 @@
-//! Bad input: a corpus of broken configuration files (`bad_configs/*.toml`, each naming the
-//! field its error must name in a first-line `# expect: <field path>` comment, and optionally
-//! secrets that must not be printed in `# secret: <s> [<s>…]`), and a randomized fuzz of the
-//! Extended JSON encoder with arbitrary BSON documents and arbitrary byte buffers.
+//! `fuzz`: a randomized fuzz of the Extended JSON encoder with arbitrary BSON documents and
+//! arbitrary byte buffers, in both modes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use bson::spec::BinarySubtype;
@@ -13,118 +9,8 @@ use mongo_kafka_bridge::extjson::{self, JsonMode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::harness::Row;
 use crate::say;
-
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/bad_configs")
-}
-
-/// One corpus file's outcome that is not a plain pass.
-struct Finding {
-    file: String,
-    problem: String,
-}
-
-/// `mongo-kafka-bridge check --config F` on every corpus file: exit 2, the expected field on
-/// stderr, no panic, no secret.
-pub fn bad_configs() -> Row {
-    let started = Instant::now();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .expect("tests/faults/bad_configs")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 20, "the corpus has {} files", files.len());
-    let mut failures = Vec::new();
-    let mut weak = Vec::new();
-    for path in &files {
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let text = std::fs::read_to_string(path).unwrap();
-        let expect = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("# expect: "))
-            .unwrap_or_else(|| panic!("{name}: first line must be `# expect: <field path>`"))
-            .trim()
-            .to_owned();
-        let secrets: Vec<String> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# secret: "))
-            .flat_map(|l| l.split_whitespace().map(str::to_owned))
-            .collect();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mongo-kafka-bridge"));
-        cmd.args(["check", "--config"])
-            .arg(path)
-            .stdin(Stdio::null());
-        for (k, _) in std::env::vars() {
-            if k.starts_with(mongo_kafka_bridge::config::ENV_PREFIX) {
-                cmd.env_remove(k);
-            }
-        }
-        let out = cmd.output().expect("run check");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let all = format!("{stdout}{stderr}");
-        let mut problems = Vec::new();
-        if out.status.code() != Some(2) {
-            problems.push(format!("exit {:?}, expected 2", out.status.code()));
-        }
-        if all.contains("panicked") {
-            problems.push("panicked".to_owned());
-        }
-        for s in &secrets {
-            if all.contains(s.as_str()) {
-                problems.push(format!("printed the secret {s:?}"));
-            }
-        }
-        if !stderr.contains(&expect) {
-            // A missing field is reported at its parent: `mongodb: missing field `uri``.
-            let (parent, leaf) = expect.rsplit_once('.').unwrap_or((".", &expect));
-            let leaf = leaf.split('[').next().unwrap_or(leaf);
-            let parent_form = format!("{parent}: missing field `{leaf}`");
-            if stderr.contains(&parent_form) {
-                weak.push(Finding {
-                    file: name.clone(),
-                    problem: format!("names {parent_form:?}, not the path {expect:?}"),
-                });
-            } else {
-                problems.push(format!("stderr does not name {expect:?}"));
-            }
-        }
-        if !problems.is_empty() {
-            failures.push(Finding {
-                file: name,
-                problem: format!("{}; stderr: {}", problems.join(", "), stderr.trim()),
-            });
-        }
-    }
-    for w in &weak {
-        say!("bad configs: note: {}: {}", w.file, w.problem);
-    }
-    let mut row = Row::new("bad configs (`check`, exit 2)");
-    row.runs = format!("{} files", files.len());
-    row.seconds = started.elapsed().as_secs_f64();
-    assert!(
-        failures.is_empty(),
-        "bad configs:\n{}",
-        failures
-            .iter()
-            .map(|f| format!("  {}: {}", f.file, f.problem))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    say!(
-        "bad configs: {} files, all exit 2 naming their field, no panic ({:.1} s)",
-        files.len(),
-        row.seconds
-    );
-    row
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fuzz
+use crate::suite::Row;
 
 fn random_string(rng: &mut StdRng, allow_nul: bool) -> String {
     const SPECIAL: &[char] = &[
@@ -332,96 +218,123 @@ fn hex(bytes: &[u8]) -> String {
 /// Feeds `n` random documents and `n` random/mutated byte buffers to `extjson::to_string` in
 /// both modes: no panic; every output parses as JSON; every valid document encodes; the
 /// canonical output of a valid document parses back to the same BSON.
-pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
-    let started = Instant::now();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut stats = [0usize; 4]; // buffers accepted by from_bytes, encoded ok, errors, roundtrip
-    let mut failures: Vec<String> = Vec::new();
-    let mut fail = |what: String| {
-        if failures.len() < 10 {
-            failures.push(what);
+/// What the fuzz saw: counts and the first failures.
+#[derive(Default)]
+struct Findings {
+    /// Damaged or random buffers `from_bytes` accepted.
+    accepted: usize,
+    /// Their encodings that succeeded, and those that failed (cleanly).
+    encoded: usize,
+    errors: usize,
+    /// Valid documents whose canonical output read back to them exactly.
+    round_trips: usize,
+    /// The first 10 failures.
+    failures: Vec<String>,
+}
+
+impl Findings {
+    fn fail(&mut self, what: String) {
+        if self.failures.len() < 10 {
+            self.failures.push(what);
         }
-    };
-    // Documents whose depth is around MAX_DEPTH: an error beyond it, never a stack overflow.
-    for depth in [
-        extjson::MAX_DEPTH - 1,
-        extjson::MAX_DEPTH,
-        extjson::MAX_DEPTH + 1,
-        5000,
-    ] {
-        let raw = nested_bytes(depth);
-        let raw = RawDocument::from_bytes(&raw).unwrap();
-        for r in encode_both(raw) {
-            match (depth <= extjson::MAX_DEPTH, r) {
-                // (serde_json stops at 128 levels, so count the objects instead)
-                (true, Ok(s))
-                    if s.matches('{').count() >= depth && s.ends_with(&"}".repeat(depth)) => {}
-                (false, Err(extjson::ExtJsonError::TooDeep)) => {}
-                (_, other) => fail(format!("depth {depth}: {:?}", other.map(|s| s.len()))),
+    }
+
+    /// Documents whose depth is around MAX_DEPTH: an error beyond it, never a stack overflow.
+    fn depths(&mut self) {
+        for depth in [
+            extjson::MAX_DEPTH - 1,
+            extjson::MAX_DEPTH,
+            extjson::MAX_DEPTH + 1,
+            5000,
+        ] {
+            let raw = nested_bytes(depth);
+            let raw = RawDocument::from_bytes(&raw).unwrap();
+            for r in encode_both(raw) {
+                match (depth <= extjson::MAX_DEPTH, r) {
+                    // (serde_json stops at 128 levels, so count the objects instead)
+                    (true, Ok(s))
+                        if s.matches('{').count() >= depth && s.ends_with(&"}".repeat(depth)) => {}
+                    (false, Err(extjson::ExtJsonError::TooDeep)) => {}
+                    (_, other) => self.fail(format!("depth {depth}: {:?}", other.map(|s| s.len()))),
+                }
             }
         }
     }
+
+    /// Valid document #`i`: both modes give JSON, and the canonical one reads back to `doc`.
+    fn valid(&mut self, i: usize, doc: &Document, raw: &RawDocumentBuf) {
+        let Ok(outputs) = std::panic::catch_unwind(|| encode_both(raw)) else {
+            self.fail(format!("panic on document #{i}: {}", hex(raw.as_bytes())));
+            return;
+        };
+        for (mode, out) in ["relaxed", "canonical"].iter().zip(outputs) {
+            match out {
+                Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
+                    Ok(json) if *mode == "canonical" => match Bson::try_from(json) {
+                        Ok(Bson::Document(back)) if same(&back, doc) => self.round_trips += 1,
+                        Ok(back) => self.fail(format!(
+                            "canonical output of document #{i} does not round-trip: {s} → {back:?}; input {}",
+                            hex(raw.as_bytes())
+                        )),
+                        Err(e) => self.fail(format!(
+                            "canonical output of document #{i} is not Extended JSON ({e}): {s}"
+                        )),
+                    },
+                    Ok(_) => {}
+                    Err(e) => self.fail(format!(
+                        "{mode} output of document #{i} is not JSON ({e}): {s}"
+                    )),
+                },
+                Err(e) => self.fail(format!(
+                    "valid document #{i} failed in {mode} mode: {e}; input {}",
+                    hex(raw.as_bytes())
+                )),
+            }
+        }
+    }
+
+    /// A damaged or random buffer: when `from_bytes` accepts it, valid JSON or a clean error.
+    fn buffer(&mut self, bytes: &[u8]) {
+        let Ok(doc) = RawDocument::from_bytes(bytes) else {
+            return;
+        };
+        self.accepted += 1;
+        let Ok(outputs) = std::panic::catch_unwind(|| encode_both(doc)) else {
+            self.fail(format!("panic on buffer: {}", hex(bytes)));
+            return;
+        };
+        for out in outputs {
+            match out {
+                Ok(s) => {
+                    self.encoded += 1;
+                    if serde_json::from_str::<serde_json::Value>(&s).is_err() {
+                        self.fail(format!("invalid JSON {s:?} from buffer {}", hex(bytes)));
+                    }
+                }
+                Err(_) => self.errors += 1,
+            }
+        }
+    }
+}
+
+pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut found = Findings::default();
+    found.depths();
     for i in 0..n {
         let doc = random_event(&mut rng);
         let raw = match RawDocumentBuf::from_document(&doc) {
             Ok(r) => r,
             Err(e) => panic!("generated document does not serialize: {e}: {doc:?}"),
         };
-        let outputs = std::panic::catch_unwind(|| encode_both(&raw));
-        match outputs {
-            Err(_) => fail(format!("panic on document #{i}: {}", hex(raw.as_bytes()))),
-            Ok(outputs) => {
-                for (mode, out) in ["relaxed", "canonical"].iter().zip(outputs) {
-                    match out {
-                        Ok(s) => match serde_json::from_str::<serde_json::Value>(&s) {
-                            Ok(json) if *mode == "canonical" => match Bson::try_from(json) {
-                                Ok(Bson::Document(back)) if same(&back, &doc) => stats[3] += 1,
-                                Ok(back) => fail(format!(
-                                    "canonical output of document #{i} does not round-trip: {s} → {back:?}; input {}",
-                                    hex(raw.as_bytes())
-                                )),
-                                Err(e) => fail(format!(
-                                    "canonical output of document #{i} is not Extended JSON ({e}): {s}"
-                                )),
-                            },
-                            Ok(_) => {}
-                            Err(e) => fail(format!(
-                                "{mode} output of document #{i} is not JSON ({e}): {s}"
-                            )),
-                        },
-                        Err(e) => fail(format!(
-                            "valid document #{i} failed in {mode} mode: {e}; input {}",
-                            hex(raw.as_bytes())
-                        )),
-                    }
-                }
-            }
-        }
+        found.valid(i, &doc, &raw);
         // The same document damaged, and pure noise.
         for bytes in [
             mutate(&mut rng, raw.as_bytes().to_vec()),
             random_buffer(&mut rng),
         ] {
-            let Ok(doc) = RawDocument::from_bytes(&bytes) else {
-                continue;
-            };
-            stats[0] += 1;
-            match std::panic::catch_unwind(|| encode_both(doc)) {
-                Err(_) => fail(format!("panic on buffer: {}", hex(&bytes))),
-                Ok(outputs) => {
-                    for out in outputs {
-                        match out {
-                            Ok(s) => {
-                                stats[1] += 1;
-                                if serde_json::from_str::<serde_json::Value>(&s).is_err() {
-                                    fail(format!("invalid JSON {s:?} from buffer {}", hex(&bytes)));
-                                }
-                            }
-                            Err(_) => stats[2] += 1,
-                        }
-                    }
-                }
-            }
+            found.buffer(&bytes);
         }
     }
     let mut row = Row::new("extjson fuzz (both modes)");
@@ -430,16 +343,16 @@ pub fn fuzz_extjson(n: usize, seed: u64) -> Row {
     say!(
         "extjson fuzz: seed {seed}: {n} documents ({} round-trip exactly in canonical mode), \
          {} damaged/random buffers accepted by from_bytes → {} encodings ok, {} errors; {:.1} s",
-        stats[3],
-        stats[0],
-        stats[1],
-        stats[2],
+        found.round_trips,
+        found.accepted,
+        found.encoded,
+        found.errors,
         row.seconds
     );
     assert!(
-        failures.is_empty(),
+        found.failures.is_empty(),
         "extjson fuzz (seed {seed}, MKB_FAULTS_SEED={seed} reproduces):\n{}",
-        failures.join("\n")
+        found.failures.join("\n")
     );
     row
 }
