@@ -21,7 +21,12 @@ use std::time::Duration;
 use bson::{Bson, Document, RawDocumentBuf, doc};
 use mongodb::Collection;
 
-use crate::support::*;
+use crate::common::bridge::start_bridge;
+use crate::common::collect::{RawRecord, collect_raw};
+use crate::common::config::config_toml;
+use crate::common::kafka::create_topic;
+use crate::common::mongo::mongo;
+use crate::common::unique;
 
 mod moving;
 mod peer;

@@ -18,7 +18,11 @@ use mongodb::Collection;
 
 use super::peer::{Debezium, peers};
 use super::{WAIT, normalized};
-use crate::support::*;
+use crate::common::bridge::{bridge_cli, start_bridge};
+use crate::common::collect::{RawRecord, collect_raw, collect_raw_quiet};
+use crate::common::config::{config_file, config_toml};
+use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::unique;
 
 /// A record's identity: its key and `op` (each document is inserted once, updated at most once).
 fn identity(r: &RawRecord) -> Option<(String, String)> {

@@ -7,7 +7,8 @@ use std::process::Command;
 
 use bson::RawDocumentBuf;
 
-use crate::support::*;
+use crate::common::servers::{kafka_bootstrap, mongo_uri};
+use crate::common::unique;
 
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

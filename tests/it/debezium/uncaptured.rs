@@ -7,7 +7,11 @@ use bson::{Document, doc};
 
 use super::WAIT;
 use super::moving::read_through;
-use crate::support::*;
+use crate::common::bridge::start_bridge;
+use crate::common::config::config_toml;
+use crate::common::kafka::create_topic;
+use crate::common::mongo::{mongo, wait_offsets};
+use crate::common::unique;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dropped_collection_writes_no_record_and_the_stream_goes_on() {
