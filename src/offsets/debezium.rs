@@ -12,7 +12,6 @@
 
 use bson::{DateTime, Document, Timestamp, doc};
 use mongodb::error::Error as MongoError;
-use mongodb::options::WriteConcern;
 
 use super::operator::{OffsetsAdmin, sequence};
 use super::{SCHEMA_VERSION, fields};
@@ -81,11 +80,6 @@ impl OffsetsAdmin {
             None => doc! { fields::ID: name, fields::EPOCH: { "$exists": false } },
         };
         let update = doc! { "$set": set, "$unset": unset };
-        let result = self
-            .collection
-            .update_one(filter, update)
-            .write_concern(WriteConcern::majority())
-            .await?;
-        Ok(result.matched_count == 1)
+        self.update_matching(filter, update).await
     }
 }

@@ -142,12 +142,8 @@ impl OffsetsAdmin {
             "$unset": unset,
             "$inc": { fields::EPOCH: 1_i64, fields::RESET_SEQUENCE: 1_i64 },
         };
-        let result = self
-            .collection
-            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
-            .write_concern(WriteConcern::majority())
-            .await?;
-        Ok(result.matched_count == 1)
+        self.update_matching(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .await
     }
 
     /// Records `identity` as the stream `name`'s position belongs to, keeping the position,
@@ -170,12 +166,8 @@ impl OffsetsAdmin {
             fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
         };
         let update = doc! { "$set": set, "$inc": { fields::EPOCH: 1_i64 } };
-        let result = self
-            .collection
-            .update_one(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
-            .write_concern(WriteConcern::majority())
-            .await?;
-        Ok(result.matched_count == 1)
+        self.update_matching(doc! { fields::ID: name, fields::EPOCH: epoch }, update)
+            .await
     }
 }
 
@@ -189,6 +181,22 @@ pub(super) fn sequence(d: &Document, key: &str) -> i64 {
 }
 
 impl OffsetsAdmin {
+    /// Applies `update` to the document `filter` matches (the epoch read before an operator
+    /// write), with write concern `majority`. Whether it matched (`false`: the document changed
+    /// in between).
+    pub(super) async fn update_matching(
+        &self,
+        filter: Document,
+        update: Document,
+    ) -> Result<bool, MongoError> {
+        let result = self
+            .collection
+            .update_one(filter, update)
+            .write_concern(WriteConcern::majority())
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
     /// Creates pipeline `name`'s document from `fields_set` (what an operator write sets) with
     /// epoch 1, no event committed and `resetSequence` 1, with write concern `majority`.
     /// Whether it was created (`false`: a document of that name appeared in between).

@@ -12,6 +12,7 @@
 //! - [`mongo`]: MongoDB clients, the offsets document, fail points, change streams;
 //! - [`load`]: a steady write load with checkable content, and the truth read back after it;
 //! - [`verdict`]: the truth compared with what a consumer read;
+//! - [`corpus`]: the shared test data (`../shared/data`) and the BSON corpus' documents;
 //! - [`snapshot`] and [`mirror`]: documents of every `_id` type, a writer, and the compacted
 //!   topic compared with the collection.
 //!
@@ -21,6 +22,7 @@
 pub mod bridge;
 pub mod collect;
 pub mod config;
+pub mod corpus;
 pub mod kafka;
 pub mod load;
 pub mod mirror;

@@ -3,7 +3,6 @@
 //! cannot carry, and JSON read back by an independent parser, are in [`crate::ambiguity`].
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bson::{Document, RawDocumentBuf, doc};
@@ -13,56 +12,13 @@ use mongo_kafka_bridge::BridgeError;
 use crate::common::bridge::{bridge_cli, start_bridge};
 use crate::common::collect::{collect, collect_from, collect_raw};
 use crate::common::config::{config_file, config_toml};
+use crate::common::corpus::{corpus_documents, shared};
 use crate::common::kafka::create_topic;
 use crate::common::mongo::{mongo, wait_offsets};
 use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn shared(name: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data")
-        .join(name);
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped part: {} is absent", dir.display());
-        None
-    }
-}
-
-/// Every `canonical_bson` of the BSON corpus' valid cases, as a document.
-fn corpus_documents() -> Vec<RawDocumentBuf> {
-    let Some(dir) = shared("bson-corpus") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        // SecantusDB's change stream fails with InternalError (1) on a document holding a
-        // DBRef-shaped sub-document (a stand-in quirk; mongod streams it): the DBRef rule is
-        // covered by the transcoder's unit tests instead.
-        if path.extension().is_none_or(|e| e != "json") || path.ends_with("dbref.json") {
-            continue;
-        }
-        let suite: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        for case in suite["valid"].as_array().into_iter().flatten() {
-            let Some(hex) = case["canonical_bson"].as_str() else {
-                continue;
-            };
-            let bytes: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect();
-            if let Ok(doc) = RawDocumentBuf::from_bytes(bytes) {
-                out.push(doc);
-            }
-        }
-    }
-    out
-}
 
 /// Every line of the sample documents.
 fn sample_documents() -> Vec<RawDocumentBuf> {

@@ -242,18 +242,7 @@ async fn moving_from_debezium_loses_no_event() {
     let offsets = s.debezium.offsets();
     eprintln!("Debezium's offsets (REST): {offsets}");
     // Every record of Debezium's is in the topic once its connector stopped.
-    let before = collect_raw_quiet(&s.topic, Duration::from_secs(5), WAIT)
-        .await
-        .len();
-    let offsets_topic = format!("mkb-peers-{}-offsets", s.debezium.name);
-    let args = [
-        "--connect-offsets-topic",
-        &offsets_topic,
-        "--connector",
-        &s.debezium.name,
-    ];
-    let (code, out) = import(s.config.path(), &args);
-    assert_eq!(code, Some(0), "import from the offsets topic: {out}");
+    let before = import_from_offsets_topic(&s).await;
     let (from_topic, _) = imported_at(&s).await;
     let rest_file = s.config.path().with_extension("offsets.json");
     std::fs::write(&rest_file, &offsets).unwrap();
@@ -333,6 +322,19 @@ async fn moving_after_debezium_crashed_repeats_only_its_last_flush_interval() {
         .status()
         .unwrap();
     assert!(killed.success(), "kill -9 {pid}");
+    let before = import_from_offsets_topic(&s).await;
+    let (_, at) = imported_at(&s).await;
+    // THEN the bridge publishes every later event; the duplicates are Debezium's records after
+    // its last committed offset (offset.flush.interval.ms = 1000 in bench/peers/connect.py)
+    let (bridge, duplicates) = bridge_takes_over(s, before, at).await;
+    eprintln!("after kill -9: {duplicates} duplicates");
+    bridge.shutdown();
+    let _ = bridge.wait().await;
+}
+
+/// The records in Debezium's topic once its worker stopped, after importing its position from
+/// Connect's offsets topic (`--connect-offsets-topic`, `--connector`), which must succeed.
+async fn import_from_offsets_topic(s: &Streaming) -> usize {
     let before = collect_raw_quiet(&s.topic, Duration::from_secs(5), WAIT)
         .await
         .len();
@@ -345,11 +347,5 @@ async fn moving_after_debezium_crashed_repeats_only_its_last_flush_interval() {
     ];
     let (code, out) = import(s.config.path(), &args);
     assert_eq!(code, Some(0), "import from the offsets topic: {out}");
-    let (_, at) = imported_at(&s).await;
-    // THEN the bridge publishes every later event; the duplicates are Debezium's records after
-    // its last committed offset (offset.flush.interval.ms = 1000 in bench/peers/connect.py)
-    let (bridge, duplicates) = bridge_takes_over(s, before, at).await;
-    eprintln!("after kill -9: {duplicates} duplicates");
-    bridge.shutdown();
-    let _ = bridge.wait().await;
+    before
 }

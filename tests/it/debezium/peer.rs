@@ -7,6 +7,7 @@ use std::process::Command;
 
 use bson::RawDocumentBuf;
 
+use crate::common::corpus::corpus_documents;
 use crate::common::servers::{kafka_bootstrap, mongo_uri};
 use crate::common::unique;
 
@@ -167,46 +168,17 @@ impl Drop for Debezium {
 /// Every valid document of the BSON corpus (`../shared/data/bson-corpus`) with `_id` 1000 + i;
 /// none (with a printed reason) when the corpus is absent.
 pub fn corpus() -> Vec<RawDocumentBuf> {
-    let dir = root().join("../shared/data/bson-corpus");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!(
-            "skipped part: {} is absent: no document per BSON type",
-            dir.display()
-        );
-        return Vec::new();
-    };
-    let mut paths: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).collect();
-    paths.sort();
     let mut out = Vec::new();
-    for path in paths {
-        // SecantusDB's change stream fails on a DBRef-shaped sub-document (a stand-in quirk,
-        // tests/it/values.rs): it would stop both streams.
-        if path.extension().is_none_or(|e| e != "json") || path.ends_with("dbref.json") {
-            continue;
-        }
-        let suite: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        for case in suite["valid"].as_array().into_iter().flatten() {
-            let Some(hex) = case["canonical_bson"].as_str() else {
-                continue;
-            };
-            let bytes: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect();
-            let Ok(doc) = RawDocumentBuf::from_bytes(bytes) else {
-                continue;
-            };
-            let mut with_id = RawDocumentBuf::new();
-            with_id.append("_id", 1000 + out.len() as i32);
-            for element in &doc {
-                let Ok((key, value)) = element else { break };
-                if key != "_id" {
-                    with_id.append_ref(key, value);
-                }
+    for doc in corpus_documents() {
+        let mut with_id = RawDocumentBuf::new();
+        with_id.append("_id", 1000 + out.len() as i32);
+        for element in &doc {
+            let Ok((key, value)) = element else { break };
+            if key != "_id" {
+                with_id.append_ref(key, value);
             }
-            out.push(with_id);
         }
+        out.push(with_id);
     }
     out
 }
