@@ -92,13 +92,7 @@ class Servers:
     def _start_kafka(self):
         t0 = time.monotonic()
         args = ("up", "--only", "kafka", "--fresh", "--plain", "--broker", self.broker)
-        try:
-            out = self._services(*args)
-        except HarnessError as e:
-            # Once more, on a fresh data dir: a start can fail for a reason of the moment (seen:
-            # a random cluster id beginning with "-", which kafka-storage takes for an option).
-            log(f"starting the broker failed, trying once more: {e}")
-            out = self._services(*args)
+        out = self._services(*args)
         self.bootstrap = out["KAFKA_BOOTSTRAP"]
         self.kafka_pid = int(Path(out["MKB_KAFKA_PIDFILE"]).read_text().split()[0])
         if self.broker == "kafka":

@@ -135,7 +135,14 @@ kafka_props() { # SERVER
 # The instance's cluster id, made once (every node is formatted with it).
 kafka_cluster_id() {
   [[ -n $(conf_get kafka_cluster_id) ]] && return 0
-  conf_set kafka_cluster_id "$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  # Like Kafka's Uuid.randomUuid: URL-safe base64 of 16 random bytes, never starting with "-"
+  # (kafka-storage would read such an id as an option: "--cluster-id: expected one argument").
+  conf_set kafka_cluster_id "$(python3 -c 'import base64, uuid
+while True:
+    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not cid.startswith("-"):
+        print(cid)
+        break')"
 }
 
 # Formats a node's log dir unless it already is (a restart keeps its data). Runs in parallel
