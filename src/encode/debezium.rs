@@ -81,14 +81,15 @@ impl Form {
     /// The form of `p`, when it asks for it.
     pub(super) fn of(p: &PipelineConfig) -> Option<Self> {
         let settings = p.debezium.as_ref()?;
+        let server = settings.topic_prefix.clone();
         let values = [
-            settings.topic_prefix.clone(),
+            server.clone(),
             "0".to_owned(),
             "mongodb".to_owned(),
             uuid::Uuid::new_v4().to_string(),
         ];
         Some(Self {
-            server: settings.topic_prefix.clone(),
+            server,
             schemas: settings.schemas,
             context: CONTEXT_HEADERS
                 .iter()

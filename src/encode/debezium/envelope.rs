@@ -10,6 +10,8 @@
 //! `ts_us` and `ts_ns` are that instant in micro- and nanoseconds (Java's `Instant`: whole
 //! seconds, then the fraction).
 
+use std::fmt::{Display, Write};
+
 use bson::RawDocument;
 
 use crate::extjson::debezium::{
@@ -92,7 +94,7 @@ pub(super) fn value(
     out.push_str(",\"op\":\"");
     out.push_str(parts.op);
     out.push_str("\",\"ts_ms\":");
-    out.push_str(&millis(now).to_string());
+    push_int(&mut out, millis(now));
     out.push_str(",\"transaction\":null}");
     Ok(out)
 }
@@ -156,7 +158,7 @@ fn write_source(
     out.push_str("\",\"connector\":\"mongodb\",\"name\":");
     write_jackson_string(out, s.server);
     out.push_str(",\"ts_ms\":");
-    out.push_str(&millis(s.time).to_string());
+    push_int(out, millis(s.time));
     out.push_str(",\"snapshot\":\"");
     out.push_str(s.snapshot);
     out.push_str("\",\"db\":");
@@ -165,28 +167,34 @@ fn write_source(
     let micros = secs
         .saturating_mul(1_000_000)
         .saturating_add(i64::from(nanos / 1000));
-    out.push_str(&micros.to_string());
+    push_int(out, micros);
     out.push_str(",\"ts_ns\":");
     let nanos = secs
         .saturating_mul(1_000_000_000)
         .saturating_add(i64::from(nanos));
-    out.push_str(&nanos.to_string());
+    push_int(out, nanos);
     out.push_str(",\"collection\":");
     write_jackson_string(out, s.coll);
     out.push_str(",\"ord\":");
-    out.push_str(&s.ord.to_string());
+    push_int(out, s.ord);
     out.push_str(",\"lsid\":");
     document(out, scratch, s.lsid)?;
     out.push_str(",\"txnNumber\":");
     match s.txn_number {
-        Some(n) => out.push_str(&n.to_string()),
+        Some(n) => push_int(out, n),
         None => out.push_str("null"),
     }
     out.push_str(",\"wallTime\":");
     match s.wall_time {
-        Some(ms) => out.push_str(&ms.to_string()),
+        Some(ms) => push_int(out, ms),
         None => out.push_str("null"),
     }
     out.push('}');
     Ok(())
+}
+
+/// Appends an integer's decimal digits to `out` without an intermediate `String` (per record).
+fn push_int(out: &mut String, n: impl Display) {
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{n}");
 }
