@@ -34,7 +34,8 @@ mod values;
 
 pub use values::{
     Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost,
-    OnOversize, PropertyValue, SecretUri, SnapshotMode, StartAt, TopicCreation, ValueMode,
+    OnOversize, OnPipelineFailure, PropertyValue, SecretUri, SnapshotMode, StartAt, TopicCreation,
+    ValueMode,
 };
 
 pub use debezium::DebeziumSettings;
@@ -197,6 +198,12 @@ pub struct BridgeConfig {
     /// per CPU. More threads than pipelines buy nothing: each pipeline's work is sequential,
     /// and work handed between threads costs wake-ups (see BENCHMARKS.md).
     pub worker_threads: usize,
+    /// What a pipeline's failure that it cannot get past by itself (a fatal error, or a
+    /// persistent one after `persistent_error_attempts`) does to the others: `"isolate"`
+    /// (default) stops that pipeline only, not ready and named in `/readyz`, until SIGHUP or a
+    /// restart runs it again; `"exit"` stops every pipeline and exits non-zero. Either way
+    /// the process exits once no pipeline is left running.
+    pub on_pipeline_failure: OnPipelineFailure,
 }
 
 impl BridgeConfig {
@@ -237,6 +244,7 @@ impl Default for BridgeConfig {
             persistent_error_attempts: 10,
             group_id: None,
             worker_threads: 0,
+            on_pipeline_failure: OnPipelineFailure::Isolate,
         }
     }
 }

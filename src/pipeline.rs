@@ -11,7 +11,7 @@
 //! - `context.rs`: what the pipeline needs for its whole life ([`PipelineContext`]);
 //! - `lifecycle.rs`: its life ([`run()`]); `policy.rs`: what a failure means and the next step;
 //!   `gap.rs`: the history-loss policies `skip` and `snapshot`; `standby.rs`: a fenced
-//!   instance's wait;
+//!   instance's wait; `missing_topic.rs`: a topic the cluster does not have, made visible;
 //! - `run.rs`: one run, from its plan (`plan.rs`: what to read, where to start, how to
 //!   deliver; `start.rs`: where to start) to its stages (`stage.rs`); `hold.rs`: the lease held
 //!   while a run starts; `exactly_once.rs`: the start of an exactly-once run.
@@ -21,6 +21,7 @@ mod exactly_once;
 mod gap;
 mod hold;
 mod lifecycle;
+mod missing_topic;
 mod plan;
 pub(crate) mod policy;
 mod run;

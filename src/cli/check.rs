@@ -25,6 +25,7 @@ mod kafka;
 mod mongo;
 mod privileges;
 mod state;
+mod topics;
 
 /// Bound of each network check.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);

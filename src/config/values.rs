@@ -138,6 +138,16 @@ pub enum Delivery {
     ExactlyOnce,
 }
 
+/// `[bridge] on_pipeline_failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPipelineFailure {
+    /// Stop the failed pipeline only; the others run on.
+    Isolate,
+    /// Stop every pipeline and exit non-zero (a process manager restarts the whole process).
+    Exit,
+}
+
 /// `on_oversize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,9 +4,10 @@
 //! - Pipelines only store atomics here on the hot path (the standby's owner note, written once a
 //!   second by a standby, is the one short lock); the HTTP handlers only read.
 //! - Ready means: not draining, and for every pipeline either it stands by (another instance
-//!   owns it: a standby is ready, or it would stall a rolling update), or its change stream is
-//!   open, the server answers, and the oldest undelivered record is younger than
-//!   `ready_max_delivery_age_ms`.
+//!   owns it: a standby is ready, or it would stall a rolling update), or it is neither refused
+//!   nor failed, no topic it writes is missing, its change stream is open, the server answers,
+//!   and the oldest undelivered record is younger than `ready_max_delivery_age_ms`. Each reason
+//!   names the pipeline (and the topic and namespace for a missing topic).
 //! - Healthy means every running pipeline's loop (its relay, or its standby watch) ticked within
 //!   `[bridge] liveness_timeout_ms`. A loop that ended resets its heartbeat to 0, so a pipeline
 //!   between runs or standing by is never taken for a wedged one.
@@ -44,6 +45,12 @@ pub struct PipelineHealth {
     standby: Mutex<Option<(String, i64)>>,
     /// Why the pipeline was refused (it never runs in this process).
     refused: Mutex<Option<String>>,
+    /// Why the pipeline stopped on a failure while the others run on (until SIGHUP or a
+    /// restart runs it again).
+    failed: Mutex<Option<String>>,
+    /// A topic it writes that the cluster does not list, with its namespace, until the topic
+    /// exists.
+    topic_missing: Mutex<Option<(String, String)>>,
     /// In a group: the pipeline is not assigned to this member (another one runs it). Such a
     /// pipeline counts for neither readiness nor liveness here.
     pub elsewhere: AtomicBool,
@@ -66,16 +73,51 @@ impl PipelineHealth {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
     }
 
-    /// A new run begins (a group assigned the pipeline to this member): forget how the last
-    /// one ended.
+    /// Records that the pipeline stopped on a failure, and why (what to do included).
+    pub(crate) fn set_failed(&self, reason: &str) {
+        *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_owned());
+    }
+
+    /// Records that `topic` does not exist (`what`: the line for `/readyz`, naming it and its
+    /// namespace); `true` when this begins an episode (no topic was missing before).
+    pub(crate) fn set_topic_missing(&self, topic: &str, what: &str) -> bool {
+        let mut missing = self.topic_missing.lock().unwrap_or_else(|e| e.into_inner());
+        let began = missing.is_none();
+        *missing = Some((topic.to_owned(), what.to_owned()));
+        began
+    }
+
+    /// The topic is there again (or the pipeline no longer waits for one).
+    pub(crate) fn clear_topic_missing(&self) {
+        *self.topic_missing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The missing topic and its `/readyz` line, if one is missing.
+    pub(crate) fn topic_missing(&self) -> Option<(String, String)> {
+        self.topic_missing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A new run begins (a group assigned the pipeline to this member, or a reload runs it
+    /// again): forget how the last one ended.
     pub(crate) fn begin_run(&self) {
         *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.stopped.store(false, Ordering::Relaxed);
         self.elsewhere.store(false, Ordering::Relaxed);
     }
 
     fn refused(&self) -> Option<String> {
         self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn failed(&self) -> Option<String> {
+        self.failed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -199,6 +241,13 @@ impl Health {
         self.pipelines.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether pipeline `name` stopped on a failure (and no run began since).
+    pub(crate) fn failed(&self, name: &str) -> bool {
+        self.list()
+            .iter()
+            .any(|(n, p)| n == name && p.failed().is_some())
+    }
+
     /// The pipelines' names, in order.
     pub fn names(&self) -> Vec<String> {
         self.list().iter().map(|(n, _)| n.clone()).collect()
@@ -264,6 +313,13 @@ impl Health {
             if let Some(reason) = p.refused() {
                 reasons.push(format!("pipeline {name}: refused: {reason}"));
                 continue;
+            }
+            if let Some(reason) = p.failed() {
+                reasons.push(format!("pipeline {name}: failed: {reason}"));
+                continue;
+            }
+            if let Some((_, missing)) = p.topic_missing() {
+                reasons.push(format!("pipeline {name}: {missing}"));
             }
             if let Some((owner, until)) = p.standby() {
                 notes.push(format!(

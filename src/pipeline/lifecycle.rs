@@ -13,6 +13,8 @@
 //! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
 //!   reset after a run that lasted longer than [`HEALTHY_RUN`].
 //! - A run that failed in the producer gets a new one.
+//! - A pipeline that stops on a failure says so where operators look: `/readyz` names it with
+//!   the error and the remedy, and `…_pipeline_failed` is 1 until its next run begins.
 
 use std::time::{Duration, Instant};
 
@@ -54,10 +56,21 @@ pub(crate) async fn run(
 ) -> Result<Ended, BridgeError> {
     let store = ctx.store();
     let mut epoch = None;
+    ctx.metrics.failed.set(0); // the roster's start forgot the last run's end in `health`
     let result = match preflight(&ctx, &cancel).await {
         Ok(()) => lifecycle(&mut ctx, &store, &cancel, &mut epoch).await,
         Err(e) => Err(e),
     };
+    if let Err(error) = &result
+        && !cancel.is_cancelled()
+    {
+        ctx.health.set_failed(&format!(
+            "{}. Remedy: {} Then send SIGHUP, or restart the bridge, to run it again",
+            ctx.report(error),
+            error.remedy()
+        ));
+        ctx.metrics.failed.set(1);
+    }
     ctx.health
         .stopped
         .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -128,6 +128,9 @@ async fn topic_creator(ctx: &PipelineContext) -> Result<Option<TopicCreator>, Br
         .iter()
         .flat_map(|c| c.topics.iter().map(|t| t.name.clone()))
         .collect();
+    if listed.is_some() {
+        super::missing_topic::seen(ctx, &existing);
+    }
     let known: Vec<String> = topics::known(p, prefix)
         .into_iter()
         .chain(p.dead_letter_topic.clone())

@@ -5,8 +5,13 @@
 //! - Every client is built before any pipeline is taken: the MongoDB client, the Kafka admin
 //!   client and one idempotent producer per pipeline. A refusal is a configuration error (exit 2)
 //!   and takes nothing.
-//! - A fatal error in one pipeline cancels the others, which drain, flush, commit their safe
-//!   positions and release their leases before the process exits non-zero.
+//! - A pipeline that fails (a fatal error, or a persistent one after
+//!   `persistent_error_attempts`) stops alone by default (`[bridge] on_pipeline_failure =
+//!   "isolate"`): failed in `/readyz` and `…_pipeline_failed`, until a reload (SIGHUP) or a
+//!   restart runs it again. With `"exit"`, or once no pipeline is left running, the others
+//!   are cancelled, drain, flush, commit their safe positions and release their leases before
+//!   the process exits non-zero. A group member never exits for an isolated failure: the
+//!   pipeline stays with it, failed.
 //! - With `[bridge] group_id`, the pipelines run where the group assigns them
 //!   (`crate::supervisor::group`); without, every pipeline runs here (standing by while another instance
 //!   owns it).
@@ -256,6 +261,9 @@ async fn supervise(
     let shutdown_ms = contexts
         .first()
         .map_or(0, |c| c.config.bridge.shutdown_timeout_ms);
+    let isolate = contexts.first().is_none_or(|c| {
+        c.config.bridge.on_pipeline_failure == crate::config::OnPipelineFailure::Isolate
+    });
     let mut roster = Roster::new(cancel.clone(), shutdown_ms);
     for ctx in contexts {
         roster.start(ctx, None).await;
@@ -300,7 +308,20 @@ async fn supervise(
                     }
                     Err(error) => {
                         if matches!(error, BridgeError::TaskPanicked { .. }) {
-                            metrics.pipeline(&end.name).error(error.kind(), error.class().label());
+                            let m = metrics.pipeline(&end.name);
+                            m.error(error.kind(), error.class().label());
+                            m.failed.set(1);
+                            health.pipeline(&end.name).set_failed(&format!(
+                                "{error}; {} Then send SIGHUP, or restart the bridge, to run it \
+                                 again",
+                                error.remedy()
+                            ));
+                        }
+                        if isolate && !roster.is_empty() {
+                            tracing::warn!(pipeline = %end.name,
+                                           "pipeline failed; the other pipelines run on \
+                                            ([bridge] on_pipeline_failure = \"isolate\")");
+                            continue;
                         }
                         error
                     }

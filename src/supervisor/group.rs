@@ -73,6 +73,8 @@ struct Supervisor {
     health: Arc<Health>,
     metrics: GroupMetrics,
     cancel: CancellationToken,
+    /// `[bridge] on_pipeline_failure = "exit"`: a pipeline's failure stops the member.
+    exit_on_failure: bool,
 }
 
 /// Runs this process's pipelines as a member of `[bridge] group_id` until `cancel` fires or a
@@ -130,6 +132,7 @@ pub(crate) async fn run(
         assigned: Vec::new(),
         setup,
         roster: Roster::new(cancel.clone(), b.shutdown_timeout_ms),
+        exit_on_failure: b.on_pipeline_failure == crate::config::OnPipelineFailure::Exit,
         session: Duration::from_millis(
             u64::try_from(crate::config::group::session_timeout_ms(&config.kafka)).unwrap_or(0),
         ),
@@ -198,9 +201,15 @@ impl Supervisor {
                             warn!(pipeline = %end.name, error = %error,
                                   "pipeline ended with an error while stopping");
                         }
-                        Err(error) => {
+                        Err(error) if self.exit_on_failure => {
                             self.cancel.cancel();
                             return Err(error);
+                        }
+                        Err(error) => {
+                            // Isolated: it stays with this member, failed and named in
+                            // /readyz, until a reload (SIGHUP) or a restart runs it again.
+                            warn!(pipeline = %end.name, error = %error,
+                                  "pipeline failed; the other pipelines run on");
                         }
                     }
                 }

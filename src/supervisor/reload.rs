@@ -2,7 +2,8 @@
 //! `[[pipelines]]` changes apply. Pipelines that were added start (in a group: get a slot and
 //! run where the group assigns them), removed ones drain and release, changed ones restart
 //! with their new settings (a changed stream goes through the fingerprint rule: refused until
-//! `offsets accept-config`), and unchanged ones keep running untouched.
+//! `offsets accept-config`), unchanged ones that had stopped on a failure run again, and the
+//! other unchanged ones keep running untouched.
 //!
 //! Invariants:
 //! - A file that does not load (invalid, unreadable) is rejected with its error, and nothing
@@ -33,12 +34,17 @@ pub struct Plan {
     pub removed: Vec<String>,
     /// Pipelines whose settings differ.
     pub changed: Vec<String>,
+    /// Unchanged pipelines that had stopped on a failure: they run again.
+    pub retried: Vec<String>,
 }
 
 impl Plan {
     /// Whether nothing changes.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.retried.is_empty()
     }
 }
 
@@ -117,7 +123,7 @@ impl Reloader {
             }
             Ok(plan) => {
                 info!(added = ?plan.added, removed = ?plan.removed, changed = ?plan.changed,
-                      "configuration reloaded");
+                      retried = ?plan.retried, "configuration reloaded");
                 "applied"
             }
             Err(e) => {
@@ -132,15 +138,23 @@ impl Reloader {
     fn try_reload(&self, path: &std::path::Path) -> Result<Plan, BridgeError> {
         let new = Arc::new(Config::load(path)?);
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let plan = plan(&current, &new).map_err(|reason| BridgeError::Config {
+        let mut plan = plan(&current, &new).map_err(|reason| BridgeError::Config {
             field: "--config".into(),
             reason,
         })?;
+        plan.retried = new
+            .pipelines
+            .iter()
+            .map(|p| &p.name)
+            .filter(|n| !plan.added.contains(n) && !plan.changed.contains(n))
+            .filter(|n| self.health.failed(n))
+            .cloned()
+            .collect();
         if plan.is_empty() {
             return Ok(plan);
         }
         let mut contexts = Vec::new();
-        for name in plan.added.iter().chain(&plan.changed) {
+        for name in plan.added.iter().chain(&plan.changed).chain(&plan.retried) {
             let p = new
                 .pipelines
                 .iter()
@@ -212,6 +226,7 @@ mod tests {
             added: vec!["c".into()],
             removed: vec!["a".into()],
             changed: vec!["b".into()],
+            retried: Vec::new(),
         };
         assert_eq!(plan(&old, &new), Ok(expected));
         assert_eq!(

@@ -81,13 +81,16 @@ pub fn partitions_of(bootstrap: &str, topic: &str) -> usize {
 }
 
 /// A consumer of `bootstrap` in group `group` (whose offsets it never commits), with
-/// `settings`.
+/// `settings`. `auto.offset.reset` is `error` unless `settings` say otherwise: a test's reader
+/// that lost its position must say so, not jump to the end (librdkafka's default, `latest`)
+/// and read as if the records it skipped were never written.
 pub fn consumer(bootstrap: &str, group: &str, settings: &[(&str, &str)]) -> BaseConsumer {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
-        .set("enable.auto.commit", "false");
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "error");
     for (k, v) in settings {
         config.set(*k, *v);
     }

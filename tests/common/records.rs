@@ -93,6 +93,7 @@ pub fn parse_ts(s: &str) -> Option<(u32, u32)> {
 pub struct Consumer {
     stop: Arc<AtomicBool>,
     records: Arc<Mutex<Vec<Rec>>>,
+    errors: Arc<Mutex<Vec<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -136,20 +137,38 @@ impl Consumer {
     fn spawn(consumer: BaseConsumer) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(Mutex::new(Vec::new()));
-        let (s, r) = (Arc::clone(&stop), Arc::clone(&records));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (s, r, e_) = (Arc::clone(&stop), Arc::clone(&records), Arc::clone(&errors));
+        let s_start = Instant::now();
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-                    let rec = Rec::decode(&m);
-                    r.lock().expect("records lock").push(rec);
+                match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        let rec = Rec::decode(&m);
+                        r.lock().expect("records lock").push(rec);
+                    }
+                    Some(Err(e)) => {
+                        let mut errors = e_.lock().expect("errors lock");
+                        if errors.len() < 20 {
+                            errors.push(format!("{:?}: {e}", s_start.elapsed()));
+                        }
+                    }
+                    None => {}
                 }
             }
         });
         Self {
             stop,
             records,
+            errors,
             thread: Some(thread),
         }
+    }
+
+    /// The errors its `poll` returned (the first 20, each with the time since it started):
+    /// a broker that was down, or a position it lost, which a failed check should show.
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().expect("errors lock").clone()
     }
 
     pub fn snapshot(&self) -> Vec<Rec> {

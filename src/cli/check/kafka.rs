@@ -1,14 +1,13 @@
 //! The Kafka half of `check`: the producer librdkafka builds from the configuration,
-//! reachability, each target topic (partitions and `cleanup.policy`, or who would create it),
-//! and the topics' `max.message.bytes` against the largest documents of the watched collections.
+//! reachability, each target topic (`topics.rs`), and the topics' `max.message.bytes` against
+//! the largest documents of the watched collections.
 
 use rdkafka::admin::ResourceSpecifier;
 
 use super::{CHECK_TIMEOUT, CheckLine, Largest, line, warning};
-use crate::config::{Config, PipelineConfig};
-use crate::encode::topics;
+use crate::config::Config;
 use crate::error::BridgeError;
-use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
+use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::context::KafkaContext;
 use crate::kafka::sink::KafkaSink;
 
@@ -19,7 +18,7 @@ const PRODUCER_DEFAULT_MAX: u64 = 1_000_000;
 
 /// What the broker says about topic creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AutoCreate {
+pub(super) enum AutoCreate {
     On,
     Off,
     Unknown,
@@ -82,7 +81,10 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
     };
     let broker_max = broker[1].as_deref().and_then(|v| v.parse::<u64>().ok());
     for p in &config.pipelines {
-        lines.push(topic_line(config, p, &cluster, &admin, auto).await);
+        lines.push(super::topics::topic_line(config, p, &cluster, &admin, auto).await);
+        lines.extend(super::topics::namespace_topics_line(
+            config, p, &cluster, largest, auto,
+        ));
     }
     if let Some(group) = &config.bridge.group_id {
         lines.extend(super::group::check(config, group, &cluster).await);
@@ -181,96 +183,6 @@ fn producer_line() -> CheckLine {
         true,
         "Kafka producer configuration accepted by librdkafka (idempotent, acks=all)",
     )
-}
-
-/// The pipeline's target topic: its partitions and `cleanup.policy` when it exists, else who
-/// would create it (the bridge, the broker's auto-creation, nobody).
-async fn topic_line(
-    config: &Config,
-    p: &PipelineConfig,
-    cluster: &ClusterInfo,
-    admin: &KafkaAdmin,
-    auto: AutoCreate,
-) -> CheckLine {
-    let prefix = &config.kafka.topic_prefix;
-    let creation = &config.kafka.topic_creation;
-    let known = topics::known(p, prefix);
-    let what = known.as_ref().map_or_else(
-        || format!("one topic per collection ({prefix}<db>.<coll>)"),
-        |t| format!("topic {t:?}"),
-    );
-    if let Some(info) = known
-        .as_ref()
-        .and_then(|t| cluster.topics.iter().find(|i| &i.name == t))
-    {
-        let policy = admin
-            .describe(ResourceSpecifier::Topic(&info.name), &["cleanup.policy"])
-            .await
-            .remove(0)
-            .unwrap_or_else(|| "unknown".to_owned());
-        if p.snapshots() && !policy.contains("compact") {
-            return warning(format!(
-                "pipeline {}: {what} exists with cleanup.policy={policy}: a snapshot mirrors the \
-                 collection only in a compacted topic (retention deletes copied records of \
-                 documents that never change again). Remedy: kafka-configs.sh --alter --topic T \
-                 --add-config cleanup.policy=compact",
-                p.name
-            ));
-        }
-        return line(
-            true,
-            format!(
-                "pipeline {}: {what} exists ({} partition{}, cleanup.policy={policy})",
-                p.name,
-                info.partitions,
-                if info.partitions == 1 { "" } else { "s" }
-            ),
-        );
-    }
-    let missing = if known.is_some() {
-        "does not exist yet"
-    } else {
-        "is created on first use"
-    };
-    let create = "create the topics yourself (kafka-topics.sh --create --topic T --partitions N, \
-                  --config cleanup.policy=compact for a latest-state topic) or set \
-                  [kafka.topic_creation] enabled = true";
-    match (creation.enabled, auto) {
-        (true, _) if p.snapshots() && !creation.cleanup_policy.contains("compact") => {
-            warning(format!(
-                "pipeline {}: {what} {missing}; the bridge creates it with cleanup.policy={}: a \
-                 snapshot mirrors the collection only in a compacted topic. Remedy: \
-                 [kafka.topic_creation] cleanup_policy = \"compact\"",
-                p.name, creation.cleanup_policy
-            ))
-        }
-        (true, _) => line(
-            true,
-            format!(
-                "pipeline {}: {what} {missing}; the bridge creates it ({} partitions, replication \
-                 factor {}, cleanup.policy={})",
-                p.name, creation.partitions, creation.replication_factor, creation.cleanup_policy
-            ),
-        ),
-        (false, AutoCreate::Off) => line(
-            false,
-            format!(
-                "pipeline {}: {what} {missing} and the broker's auto-creation is off. Remedy: \
-                 {create}",
-                p.name
-            ),
-        ),
-        (false, auto) => warning(format!(
-            "pipeline {}: {what} {missing}: relying on the broker's auto-creation ({}), with its \
-             default partition count and cleanup.policy=delete. Remedy: {create}",
-            p.name,
-            if auto == AutoCreate::On {
-                "auto.create.topics.enable=true"
-            } else {
-                "auto.create.topics.enable unknown"
-            }
-        )),
-    }
 }
 
 fn size_line(l: &Largest, topic_max: Option<u64>, producer_max: u64, queue: u64) -> CheckLine {

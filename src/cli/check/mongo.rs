@@ -78,7 +78,7 @@ pub(super) async fn check(
             lines.push(l);
         }
         lines.extend(state::offsets_lines(&client, config, p, bounds.as_ref().ok()).await);
-        largest.extend(state::largest_documents(&client, p, &config.kafka.topic_prefix).await);
+        largest.extend(state::largest_documents(&client, config, p).await);
     }
     client.shutdown().immediate(true).await;
     Ok((lines, largest))

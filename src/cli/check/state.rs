@@ -12,7 +12,8 @@ use crate::offsets::identity::describe;
 use crate::offsets::operator::OffsetsAdmin;
 use crate::offsets::{OffsetsDoc, StreamIdentity};
 
-/// Collections of a database-scoped pipeline whose sizes are checked, at most.
+/// Collections of a database- or deployment-scoped pipeline whose sizes (and topics) are
+/// checked, at most.
 const MAX_COLLECTIONS: usize = 20;
 
 /// Pre-/post-images: only when the pipeline asks for them and watches one collection.
@@ -232,27 +233,18 @@ async fn offsets_line(
     (position_line, Some(parsed))
 }
 
-/// The largest document of each collection a pipeline watches (collection or database scope).
+/// The largest document of each collection a pipeline watches now (every scope; at most
+/// [`MAX_COLLECTIONS`] per pipeline), with the topic its records go to.
 pub(super) async fn largest_documents(
     client: &Client,
+    config: &Config,
     p: &PipelineConfig,
-    prefix: &str,
 ) -> Vec<Largest> {
-    let Some(db) = &p.database else {
-        return Vec::new();
-    };
-    let collections = match &p.collection {
-        Some(c) => vec![c.clone()],
-        None => client
-            .database(db)
-            .list_collection_names()
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| !c.starts_with("system."))
-            .take(MAX_COLLECTIONS)
-            .collect(),
-    };
+    let prefix = &config.kafka.topic_prefix;
+    let offsets = config.mongodb.offsets();
+    let namespaces = crate::snapshot::plan::namespaces(client, p, &offsets, None)
+        .await
+        .unwrap_or_default();
     let copies = match p.value {
         ValueMode::Document => 1,
         ValueMode::ChangeEvent | ValueMode::Debezium => {
@@ -263,7 +255,8 @@ pub(super) async fn largest_documents(
         }
     };
     let mut out = Vec::new();
-    for coll in collections {
+    for (db, coll) in namespaces.into_iter().take(MAX_COLLECTIONS) {
+        let db = &db;
         let pipeline = vec![
             doc! { "$group": { "_id": Bson::Null, "max": { "$max": { "$bsonSize": "$$ROOT" } } } },
         ];

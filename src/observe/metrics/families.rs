@@ -9,8 +9,8 @@ use super::names::{
     AMBIGUOUS_EVENTS, CHECKPOINT_COMMITS, CHECKPOINT_DURATION, CHECKPOINT_LAG,
     CHECKPOINT_TIMESTAMP, DELIVERY_DURATION, DELIVERY_ERRORS, END_TO_END_LATENCY, ERRORS,
     HISTORY_HEADROOM, IN_FLIGHT_BYTES, IN_FLIGHT_EVENTS, MESSAGES_DELIVERED, MESSAGES_ENQUEUED,
-    PIPELINE_OWNED, PIPELINE_REFUSED, QUEUE_FULL, RESTARTS, SOURCE_BYTES, SOURCE_EVENTS,
-    SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN,
+    PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, QUEUE_FULL, RESTARTS, SOURCE_BYTES,
+    SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN, TOPIC_MISSING,
 };
 
 const P: &[&str] = &["pipeline"];
@@ -160,6 +160,8 @@ pub(super) struct LifecycleFamilies {
     pub(super) restarts: IntCounterVec,
     pub(super) pipeline_owned: IntGaugeVec,
     pub(super) pipeline_refused: IntGaugeVec,
+    pub(super) pipeline_failed: IntGaugeVec,
+    pub(super) topic_missing: IntCounterVec,
 }
 
 impl LifecycleFamilies {
@@ -181,6 +183,17 @@ impl LifecycleFamilies {
                 r,
                 PIPELINE_REFUSED,
                 "1 when the configured stream differs from the committed position's.",
+            ),
+            pipeline_failed: gauge(
+                r,
+                PIPELINE_FAILED,
+                "1 while the pipeline stopped on a failure; the others run on.",
+            ),
+            topic_missing: counter(
+                r,
+                TOPIC_MISSING,
+                "Times a topic the pipeline writes was found missing (once per episode).",
+                &["pipeline"],
             ),
         }
     }

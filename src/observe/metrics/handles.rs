@@ -39,6 +39,10 @@ pub struct PipelineMetrics {
     pub owned: IntGauge,
     /// 1 when the pipeline was refused (its stream changed).
     pub refused: IntGauge,
+    /// 1 while the pipeline stopped on a failure (the others run on).
+    pub failed: IntGauge,
+    /// Episodes of a topic it writes found missing.
+    pub topic_missing: IntCounter,
     /// `source_events` of the document operations, resolved on first use.
     pub(super) events_read: OpCounters,
 }
@@ -132,6 +136,8 @@ impl Metrics {
             stream_open: self.source.stream_open.with_label_values(&[name]),
             owned: self.lifecycle.pipeline_owned.with_label_values(&[name]),
             refused: self.lifecycle.pipeline_refused.with_label_values(&[name]),
+            failed: self.lifecycle.pipeline_failed.with_label_values(&[name]),
+            topic_missing: self.lifecycle.topic_missing.with_label_values(&[name]),
             events_read: OpCounters::default(),
         }
     }

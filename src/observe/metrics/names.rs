@@ -72,6 +72,12 @@ pub const PIPELINE_OWNED: &str = "mongo_kafka_bridge_pipeline_owned";
 /// 1 when the pipeline was refused because its configured stream differs from the one its
 /// position was committed for, by `pipeline`.
 pub const PIPELINE_REFUSED: &str = "mongo_kafka_bridge_pipeline_refused";
+/// 1 while the pipeline stopped on a failure it cannot get past by itself (the other pipelines
+/// run on; SIGHUP or a restart runs it again), by `pipeline`.
+pub const PIPELINE_FAILED: &str = "mongo_kafka_bridge_pipeline_failed";
+/// Times a pipeline found that a topic it writes does not exist (once per episode: until the
+/// topic exists), by `pipeline`.
+pub const TOPIC_MISSING: &str = "mongo_kafka_bridge_topic_missing_total";
 /// librdkafka `msg_cnt`: records in the producer's queues, by `pipeline`.
 pub const RDKAFKA_QUEUE_MESSAGES: &str = "mongo_kafka_bridge_rdkafka_queue_messages";
 /// librdkafka `msg_size`: bytes of records in the producer's queues, by `pipeline`.
@@ -109,7 +115,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 37] = [
+pub const ALL: [&str; 39] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -134,6 +140,8 @@ pub const ALL: [&str; 37] = [
     STREAM_OPEN,
     PIPELINE_OWNED,
     PIPELINE_REFUSED,
+    PIPELINE_FAILED,
+    TOPIC_MISSING,
     RDKAFKA_QUEUE_MESSAGES,
     RDKAFKA_QUEUE_BYTES,
     RDKAFKA_OUTBUF_MESSAGES,

@@ -38,12 +38,23 @@ pub async fn check_follower(row: &mut Row, follower: &Consumer, fresh: &[Rec]) {
         a.len(),
         b.len()
     );
+    let per_partition = |v: &[(i32, Option<EventId>)]| {
+        let mut counts = std::collections::BTreeMap::<i32, usize>::new();
+        for (p, _) in v {
+            *counts.entry(*p).or_default() += 1;
+        }
+        counts
+    };
     row.check(a == b, || {
         format!(
             "a long-lived read_committed consumer read {} records where a fresh read has {} \
-             (first difference at {first_difference:?})",
+             (first difference at {first_difference:?}; per partition {:?} against {:?}; \
+             the consumer's errors: {:?})",
             a.len(),
-            b.len()
+            b.len(),
+            per_partition(&a),
+            per_partition(&b),
+            follower.errors(),
         )
     });
 }
