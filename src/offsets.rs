@@ -119,6 +119,9 @@ pub(crate) mod fields {
     /// Where an imported position came from (`offsets import debezium`): `{system,
     /// serverId, connector?, offset, at}`; removed by the next reset.
     pub(crate) const IMPORTED_FROM: &str = "importedFrom";
+    /// Why the last owner stopped the pipeline on a failure: `{at, error}` (the error with its
+    /// remedy, secrets redacted); removed by the next take.
+    pub(crate) const FAILURE: &str = "failure";
 }
 
 /// An offsets document as read.
@@ -162,6 +165,8 @@ pub struct OffsetsDoc {
     pub progress_offset: Option<i64>,
     /// `streamUid`: recorded by the first take (and by a take of a document without one).
     pub stream_uid: Option<String>,
+    /// When and why the last owner stopped the pipeline on a failure (until the next take).
+    pub failure: Option<(DateTime, String)>,
 }
 
 fn integer(d: &Document, key: &str) -> Result<Option<i64>, String> {
@@ -218,6 +223,10 @@ impl OffsetsDoc {
             delivery: d.get_str(fields::DELIVERY).ok().map(str::to_owned),
             progress_offset: integer(d, fields::PROGRESS_OFFSET)?,
             stream_uid: d.get_str(fields::STREAM_UID).ok().map(str::to_owned),
+            failure: d.get_document(fields::FAILURE).ok().map(|f| {
+                let at = f.get_datetime("at").copied().unwrap_or(DateTime::MIN);
+                (at, f.get_str("error").unwrap_or("unknown").to_owned())
+            }),
         })
     }
 

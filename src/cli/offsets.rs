@@ -20,7 +20,7 @@ use std::io::Write;
 
 use bson::{DateTime, Document, Timestamp};
 
-use print::{age, id_text, print_doc, rfc3339};
+use print::{age, id_text, print_doc, rfc3339, state};
 
 use super::check::CHECK_TIMEOUT;
 use crate::config::Config;
@@ -212,7 +212,7 @@ impl Command<'_> {
         let docs = self.offsets.list().await.map_err(|e| failed("*", e))?;
         let _ = writeln!(
             out,
-            "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}",
+            "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}  STATE",
             "PIPELINE", "POSITION", "AGE", "EPOCH", "LEASE", "EVENTS"
         );
         for d in &docs {
@@ -237,9 +237,10 @@ impl Command<'_> {
             };
             let _ = writeln!(
                 out,
-                "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}",
+                "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}  {}",
                 parsed.epoch.unwrap_or(0),
                 parsed.events_committed,
+                state(&parsed, d),
             );
         }
         for p in &self.config.pipelines {

@@ -151,7 +151,7 @@ impl OffsetsStore {
         if seen.is_none_or(|d| d.stream_uid.is_none()) {
             set.insert(fields::STREAM_UID, new_stream_uid());
         }
-        doc! { "$inc": { fields::EPOCH: 1_i64 }, "$set": set }
+        doc! { "$inc": { fields::EPOCH: 1_i64 }, "$set": set, "$unset": { fields::FAILURE: "" } }
     }
 
     /// The stored document, if any (no ownership check).
@@ -305,6 +305,17 @@ impl OffsetsStore {
         self.update(
             epoch,
             doc! { "$set": { fields::LEASE_UNTIL: DateTime::now() } },
+        )
+        .await
+    }
+
+    /// Ends our lease and records why the pipeline stopped on a failure (`error`, redacted by
+    /// the caller), for `offsets` and `check` to show until the next take.
+    pub(crate) async fn release_failed(&self, epoch: i64, error: &str) -> Result<(), BridgeError> {
+        let failure = doc! { "at": DateTime::now(), "error": error };
+        self.update(
+            epoch,
+            doc! { "$set": { fields::LEASE_UNTIL: DateTime::now(), fields::FAILURE: failure } },
         )
         .await
     }

@@ -61,14 +61,16 @@ pub(crate) async fn run(
         Ok(()) => lifecycle(&mut ctx, &store, &cancel, &mut epoch).await,
         Err(e) => Err(e),
     };
-    if let Err(error) = &result
-        && !cancel.is_cancelled()
-    {
-        ctx.health.set_failed(&format!(
+    let failure = match &result {
+        Err(error) if !cancel.is_cancelled() => Some(format!(
             "{}. Remedy: {} Then send SIGHUP, or restart the bridge, to run it again",
             ctx.report(error),
             error.remedy()
-        ));
+        )),
+        _ => None,
+    };
+    if let Some(failure) = &failure {
+        ctx.health.set_failed(failure);
         ctx.metrics.failed.set(1);
     }
     ctx.health
@@ -77,10 +79,14 @@ pub(crate) async fn run(
     ctx.health.clear_standby();
     ctx.health.loop_ended();
     ctx.metrics.owned.set(0);
-    if let Some(epoch) = epoch
-        && store.release(epoch).await.is_ok()
-    {
-        info!(pipeline = %ctx.pipeline.name, "stopped; lease released");
+    if let Some(epoch) = epoch {
+        let released = match &failure {
+            Some(failure) => store.release_failed(epoch, failure).await,
+            None => store.release(epoch).await,
+        };
+        if released.is_ok() {
+            info!(pipeline = %ctx.pipeline.name, "stopped; lease released");
+        }
     }
     result
 }

@@ -135,6 +135,18 @@ async fn a_missing_topic_is_named_and_its_pipeline_fails_alone_until_a_reload() 
     );
     let orders_failed = "mongo_kafka_bridge_pipeline_failed{pipeline=\"orders\"}";
     assert_eq!(metric(&metrics, orders_failed), Some(0.0), "{metrics}");
+    // AND `offsets list` and `check` show the failure, from the offsets document
+    let (_, listed, _) = bridge_cli(&["offsets", "list"], file.path());
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("events "))
+        .unwrap_or_default();
+    assert!(row.contains("failed at"), "{listed}");
+    let (_, checked, _) = bridge_cli(&["check"], file.path());
+    assert!(
+        checked.contains("pipeline events: its last owner stopped it on a failure"),
+        "{checked}"
+    );
     // AND the other pipeline still delivers
     let orders = client
         .database(&other)

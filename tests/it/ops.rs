@@ -83,7 +83,7 @@ fn list_and_show(config: &Path) {
     let (code, out) = cli(&["offsets", "list"], config);
     assert_eq!(code, Some(0), "{out}");
     assert!(
-        out.contains("orders") && out.contains("live until"),
+        out.contains("orders") && out.contains("live until") && out.contains("streaming"),
         "{out}"
     );
     let (code, out) = cli(&["offsets", "show", "orders"], config);

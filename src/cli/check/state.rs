@@ -109,8 +109,21 @@ pub(super) async fn offsets_lines(
     let mut lines = vec![line];
     if let Some(parsed) = parsed {
         lines.extend(identity_lines(p, &parsed));
+        if let Some((at, error)) = &parsed.failure {
+            lines.push(line_failed(p, *at, error));
+        }
     }
     lines
+}
+
+/// The last owner stopped the pipeline on a failure (recorded until the next take): a warning,
+/// since the cause may be fixed by now; `run` (or SIGHUP to the running bridge) tries again.
+fn line_failed(p: &PipelineConfig, at: DateTime, error: &str) -> CheckLine {
+    warning(format!(
+        "pipeline {}: its last owner stopped it on a failure at {}: {error}",
+        p.name,
+        crate::event::rfc3339_seconds(at.timestamp_millis() / 1000)
+    ))
 }
 
 /// Whether the stored stream identity and key format are the configured ones.
