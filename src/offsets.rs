@@ -36,6 +36,7 @@ use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
 mod commit;
 pub(crate) mod debezium;
+pub(crate) mod deployment;
 pub(crate) mod exactly_once;
 pub(crate) mod group;
 pub(crate) mod identity;

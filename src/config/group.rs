@@ -123,7 +123,8 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
             ),
         ));
     }
-    let topic = super::names::control(&config.mongodb.offsets_database, group);
+    let deployment = "0".repeat(super::names::DEPLOYMENT_ID_LEN);
+    let topic = super::names::control(&config.mongodb.offsets_database, group, &deployment);
     if topic.len() > 249 {
         return Err(BridgeError::config(
             "bridge.group_id",

@@ -5,7 +5,8 @@
 //!   `__transaction_state`) and to the bridge, whose own topics are named
 //!   `__mongo_kafka_bridge.<offsets_database>.<kind>` (`internal`): the progress topic of
 //!   `delivery = "exactly_once"` (`progress_topic`) and each group's control topic
-//!   ([`control`]).
+//!   ([`control`]), whose name, like the consumer group's ([`consumer_group`]), carries the
+//!   deployment's identity.
 //! - The bridge's own collections ([`OffsetsLocation`]): the offsets collection and, beside it,
 //!   the group slots.
 //!
@@ -28,11 +29,21 @@ pub(crate) fn internal(offsets_database: &str, kind: &str) -> String {
     format!("{INTERNAL_PREFIX}mongo_kafka_bridge.{offsets_database}.{kind}")
 }
 
-/// The control topic of consumer group `group_id` (`[bridge] group_id`): one partition per
-/// pipeline slot, no records.
-pub fn control(offsets_database: &str, group_id: &str) -> String {
-    internal(offsets_database, &format!("group.{group_id}"))
+/// The control topic of `[bridge] group_id` in the deployment whose identity is `deployment`
+/// (`crate::offsets::deployment`): one partition per pipeline slot, no records.
+pub fn control(offsets_database: &str, group_id: &str, deployment: &str) -> String {
+    internal(offsets_database, &format!("group.{group_id}.{deployment}"))
 }
+
+/// The Kafka consumer group of `[bridge] group_id` in the deployment whose identity is
+/// `deployment`: `<group_id>.<deployment>`, so two deployments with the same `group_id` on
+/// one cluster never share a group.
+pub fn consumer_group(group_id: &str, deployment: &str) -> String {
+    format!("{group_id}.{deployment}")
+}
+
+/// A deployment identity's length (`crate::offsets::deployment`), for the name-length rules.
+pub(crate) const DEPLOYMENT_ID_LEN: usize = 12;
 
 /// The progress topic of `delivery = "exactly_once"` of the deployment whose offsets live in
 /// `offsets_database`.

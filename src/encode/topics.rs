@@ -83,7 +83,7 @@ pub(crate) fn written_by(p: &PipelineConfig, global: &str, topic: &str) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::names::{control, internal};
+    use crate::config::names::{consumer_group, control, internal};
 
     fn pipeline(body: &str) -> PipelineConfig {
         PipelineConfig::for_test(body)
@@ -130,8 +130,9 @@ mod tests {
         assert!(!written_by(&all, "", &name));
         assert!(!is_internal("shop.orders"));
         assert_eq!(
-            control("mkb", "east"),
-            "__mongo_kafka_bridge.mkb.group.east"
+            control("mkb", "east", "0123456789ab"),
+            "__mongo_kafka_bridge.mkb.group.east.0123456789ab"
         );
+        assert_eq!(consumer_group("east", "0123456789ab"), "east.0123456789ab");
     }
 }

@@ -110,17 +110,21 @@ pub(crate) async fn run(
     let (tx, mut changes) = mpsc::unbounded_channel();
     let b = &config.bridge;
     let revoke_bound = Duration::from_millis(b.shutdown_timeout_ms) + STOP_GRACE + STOP_GRACE;
-    let member =
-        Member::join(&config.kafka, &group, &setup.topic, tx, revoke_bound).map_err(|e| {
-            BridgeError::Group {
-                group: group.clone(),
-                reason: format!(
-                    "librdkafka refused the group consumer: {}",
-                    config.redact(&e.to_string())
-                ),
-            }
-        })?;
-    info!(group = %group, topic = %setup.topic, slots = ?slots,
+    let member = Member::join(
+        &config.kafka,
+        &prepared.consumer_group,
+        &prepared.topic,
+        tx,
+        revoke_bound,
+    )
+    .map_err(|e| BridgeError::Group {
+        group: group.clone(),
+        reason: format!(
+            "librdkafka refused the group consumer: {}",
+            config.redact(&e.to_string())
+        ),
+    })?;
+    info!(group = %group, consumer_group = %prepared.consumer_group, topic = %prepared.topic, slots = ?slots,
           "joined the group; waiting for an assignment");
     let mut supervisor = Supervisor {
         group,

@@ -103,6 +103,25 @@ impl World {
         world
     }
 
+    /// The group's control topic, once a member stored the deployment's identity (in
+    /// `<offsets_collection>.slots`, `_id: "deployment"`; README "Running several replicas").
+    pub(crate) async fn control_topic(&self) -> String {
+        let slots = self
+            .client
+            .database(&self.cfg.offsets_db())
+            .collection::<Document>("offsets.slots");
+        let identity = slots
+            .find_one(bson::doc! { "_id": "deployment" })
+            .await
+            .expect("read the deployment's identity")
+            .expect("a member stored the deployment's identity");
+        let uid = identity.get_str("uid").expect("uid");
+        format!(
+            "__mongo_kafka_bridge.{}.group.faults.{uid}",
+            self.cfg.offsets_db()
+        )
+    }
+
     /// The configuration, the client, the collections and the consumers, as the scenarios
     /// name them.
     pub(crate) fn parts(&self) -> (&GroupCfg, &Client, &[Collection<Document>], &[Consumer]) {

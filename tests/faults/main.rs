@@ -26,11 +26,11 @@
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
 //!
-//! The binary's ordinary tests (`history`, `isolation`, `killed`, `mock_kafka`, `ops`,
+//! The binary's ordinary tests (`deployments`, `history`, `isolation`, `killed`, `mock_kafka`, `ops`,
 //! `resumable`, `snapshot`, `exactly_once::gap`) each check one fault with plain assertions, on the shared
 //! servers or an instance of their own. They run beside each other but never beside the suite
 //! ([`suite::turn`]); `MKB_FAULTS_ONLY` selects them by module name too (`history`, `killed`,
-//! `mock_kafka`, `ops`, `resumable`, `snapshot`, `eosgap`, `isolation`).
+//! `mock_kafka`, `ops`, `resumable`, `snapshot`, `eosgap`, `isolation`, `deployments`).
 
 #![allow(clippy::unwrap_used)]
 // A binary exports nothing: the library's lints on public items (Cargo.toml) do not apply.
@@ -59,6 +59,7 @@ mod security;
 mod stage;
 
 // Ordinary tests.
+mod deployments;
 mod history;
 mod isolation;
 mod killed;

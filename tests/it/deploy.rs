@@ -262,7 +262,7 @@ fn kubernetes_runs_two_replicas_in_one_group_with_a_rolling_update_and_a_disrupt
     let cfg = Config::from_toml(toml, std::iter::empty()).expect("the ConfigMap's config.toml");
     assert_eq!(cfg.bridge.group_id.as_deref(), Some(GROUP_ID));
     // The comment names the control topic the bridge creates for this group.
-    let control = topics::control(&cfg.mongodb.offsets_database, GROUP_ID);
+    let control = topics::control(&cfg.mongodb.offsets_database, GROUP_ID, "<deployment id>");
     assert!(
         toml.contains(&control),
         "configmap.yaml should name {control}"

@@ -4,7 +4,7 @@
 
 use super::{CHECK_TIMEOUT, CheckLine, line, warning};
 use crate::config::Config;
-use crate::config::names::control;
+use crate::config::names::{consumer_group, control};
 use crate::kafka::admin::ClusterInfo;
 use crate::offsets::group::Slots;
 
@@ -12,22 +12,47 @@ use crate::offsets::group::Slots;
 /// and the control topic's partitions against them.
 pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -> Vec<CheckLine> {
     let m = &config.mongodb;
-    let topic = control(&m.offsets_database, group);
     let session = crate::config::group::session_timeout_ms(&config.kafka);
-    let mut lines = vec![line(
-        true,
-        format!(
-            "group {group}: members share the pipelines through Kafka's consumer group \
-             (session.timeout.ms {session}, lease_ms {}; control topic {topic})",
-            config.bridge.lease_ms
-        ),
-    )];
     let mut highest = None;
     let client = crate::mongo::client_with(config, |o| {
         o.server_selection_timeout = Some(CHECK_TIMEOUT);
         o.connect_timeout = Some(CHECK_TIMEOUT);
     })
     .await;
+    let deployment = match &client {
+        Ok(client) => tokio::time::timeout(
+            CHECK_TIMEOUT,
+            crate::offsets::deployment::stored(client, &m.offsets()),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten(),
+        Err(_) => None,
+    };
+    let Some(deployment) = deployment else {
+        return vec![line(
+            true,
+            format!(
+                "group {group}: members share the pipelines through Kafka's consumer group \
+                 (session.timeout.ms {session}, lease_ms {}); the deployment's identity, which \
+                 names the consumer group {group}.<id> and its control topic, is created by the \
+                 first member (needs Create and Alter on the topic, Describe and Read on the \
+                 group: prefixed ACLs, README \"Running several replicas\")",
+                config.bridge.lease_ms
+            ),
+        )];
+    };
+    let topic = control(&m.offsets_database, group, &deployment);
+    let kafka_group = consumer_group(group, &deployment);
+    let mut lines = vec![line(
+        true,
+        format!(
+            "group {group}: members share the pipelines through Kafka's consumer group \
+             {kafka_group} (session.timeout.ms {session}, lease_ms {}; control topic {topic})",
+            config.bridge.lease_ms
+        ),
+    )];
     if let Ok(client) = &client {
         let slots = Slots::new(client, &m.offsets(), group);
         match tokio::time::timeout(CHECK_TIMEOUT, slots.read()).await {

@@ -1,5 +1,6 @@
-//! Before a member joins: every pipeline of its configuration has a slot, and the control
-//! topic has a partition for every slot. Both are retried while MongoDB or Kafka is
+//! Before a member joins: the deployment's identity is known (it names the consumer group and
+//! the control topic), every pipeline of its configuration has a slot, and the control topic
+//! has a partition for every slot. Both are retried while MongoDB or Kafka is
 //! unreachable (loudly, with the reason), because a member that cannot join runs nothing and
 //! a replica that exits would only be restarted into the same outage.
 //!
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::names::control;
+use crate::config::names::{OffsetsLocation, consumer_group, control};
 use crate::error::{BridgeError, report};
 use crate::kafka::admin::KafkaAdmin;
 use crate::observe::health::Health;
@@ -23,8 +24,8 @@ use crate::pipeline::policy::backoff;
 /// What the member needs to join.
 pub(super) struct Setup {
     pub(super) slots: Slots,
-    /// The group's control topic.
-    pub(super) topic: String,
+    client: mongodb::Client,
+    offsets: OffsetsLocation,
     group: String,
     admin: KafkaAdmin,
     replication_factor: i32,
@@ -39,7 +40,8 @@ impl Setup {
         let m = &ctx.config.mongodb;
         Self {
             slots: Slots::new(&ctx.client, &m.offsets(), group),
-            topic: control(&m.offsets_database, group),
+            client: ctx.client.clone(),
+            offsets: m.offsets(),
             group: group.to_owned(),
             admin: ctx.admin.clone(),
             replication_factor: ctx.config.kafka.topic_creation.replication_factor,
@@ -88,29 +90,37 @@ impl Setup {
     ///
     /// Errors: [`BridgeError::Group`] when MongoDB or Kafka is unreachable or refuses.
     pub(super) async fn try_prepare(&self, names: &[String]) -> Result<Prepared, BridgeError> {
+        let deployment = crate::offsets::deployment::identity(&self.client, &self.offsets)
+            .await
+            .map_err(|e| BridgeError::Group {
+                group: self.group.clone(),
+                reason: format!("reading or creating the deployment's identity failed: {e}"),
+            })?;
+        let topic = control(&self.offsets.database, &self.group, &deployment);
         let slots = self.slots.allocate(names, &self.owner).await?;
         let needed = slots.keys().next_back().map_or(1, |max| max + 1);
         let found = self
             .admin
-            .ensure_partitions(&self.topic, needed, self.replication_factor)
+            .ensure_partitions(&topic, needed, self.replication_factor)
             .await
             .map_err(|e| BridgeError::Group {
                 group: self.group.clone(),
                 reason: format!(
-                    "the control topic {} could not be created with {needed} partitions: {e} \
-                     (the README's \"Running several replicas\" lists the ACLs)",
-                    self.topic
+                    "the control topic {topic} could not be created with {needed} partitions: \
+                     {e} (the README's \"Running several replicas\" lists the ACLs)"
                 ),
             })?;
         if let Some(e) = &found.refused {
-            error!(topic = %self.topic, partitions = found.count, needed, error = %e,
+            error!(topic = %topic, partitions = found.count, needed, error = %e,
                    "the control topic cannot be extended: the pipelines whose slots have no \
                     partition run nowhere. Remedy: create the control topic again with spare \
                     partitions (a broker without CreatePartitions), or grant Alter on it");
         } else {
-            info!(topic = %self.topic, partitions = found.count, "control topic ready");
+            info!(topic = %topic, partitions = found.count, "control topic ready");
         }
         Ok(Prepared {
+            consumer_group: consumer_group(&self.group, &deployment),
+            topic,
             slots,
             partitions: found.count,
             refused: found.refused.map(|e| e.to_string()),
@@ -120,6 +130,10 @@ impl Setup {
 
 /// The group's slots and its control topic's partitions.
 pub(super) struct Prepared {
+    /// The Kafka consumer group the member joins (`<group_id>.<deployment>`).
+    pub(super) consumer_group: String,
+    /// The group's control topic (its name carries the deployment's identity too).
+    pub(super) topic: String,
     /// Slot → pipeline.
     pub(super) slots: BTreeMap<i32, String>,
     /// Partitions of the control topic.

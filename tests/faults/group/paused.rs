@@ -132,7 +132,7 @@ async fn pause_past_session(
 async fn add_by_sighup(world: &World, path: &Path, members: &[Member], row: &mut Row) {
     let (inst, cfg, client) = (&world.inst, &world.cfg, &world.client);
     // (the control topic is the member's: it adds the partition the SIGHUP below needs)
-    let control = format!("__mongo_kafka_bridge.{}.group.faults", cfg.offsets_db());
+    let control = world.control_topic().await;
     // WHEN a 5th pipeline is added to the file and both members get SIGHUP
     let grown = cfg.with_pipelines(cfg.pipelines + 1);
     create_topic_at(&inst.kafka, &grown.topic(cfg.pipelines), 1, &[]).await;

@@ -23,7 +23,7 @@ pub async fn no_partition_for_a_new_slot(ctx: &Ctx) -> Vec<Row> {
         settled(&[&m], 2, Duration::from_secs(60)).await.is_some(),
         || "the member never ran p0 and p1".into(),
     );
-    let control = format!("__mongo_kafka_bridge.{}.group.faults", cfg.offsets_db());
+    let control = world.control_topic().await;
     let before = partitions_of(&inst.kafka, &control);
     // WHEN a SIGHUP adds p2, whose slot 2 may have no partition yet
     let grown = cfg.with_pipelines(3);
