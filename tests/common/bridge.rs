@@ -11,9 +11,13 @@ use mongo_kafka_bridge::{Bridge, BridgeError};
 use crate::common::config::{config, config_toml};
 use crate::common::mongo::{mongo, wait_offsets};
 
-/// The built binary.
+/// The built binary, or `MKB_BRIDGE_BIN` (a copy, so a long run in the background is not
+/// disturbed by the next build).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mongo-kafka-bridge"))
+    std::env::var_os("MKB_BRIDGE_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_mongo-kafka-bridge")),
+        PathBuf::from,
+    )
 }
 
 /// Starts the bridge in-process.

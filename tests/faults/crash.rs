@@ -4,7 +4,7 @@
 //!
 //! The kills run in blocks, each on fresh servers (its own `scripts/services` instance, topic,
 //! consumer and verification): the short form is one block of 20 kills, the long form 10
-//! blocks of 50. Fresh servers every 50 kills because neither stand-in stays fast: SecantusDB
+//! blocks of 50 (`MKB_FAULTS_KILL_BLOCKS=N` for N blocks: 20 for 1 000 kills). Fresh servers every 50 kills because neither stand-in stays fast: SecantusDB
 //! slowed from 150 to 10 writes/s after ~60 kills in an earlier long run, and noida-db keeps
 //! every record in memory. One result row per block.
 
@@ -28,6 +28,10 @@ const RATE: u32 = 300;
 
 pub async fn kill9(ctx: &Ctx) -> Vec<Row> {
     let (blocks, kills) = if ctx.long { (10, 50) } else { (1, 20) };
+    let blocks = std::env::var("MKB_FAULTS_KILL_BLOCKS")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(blocks);
     let mut rows = Vec::new();
     for b in 0..blocks {
         let label = if blocks == 1 {
