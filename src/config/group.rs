@@ -231,9 +231,9 @@ mod tests {
         );
         assert_eq!(field(load("group_id = \"a/b\"", "")), "bridge.group_id");
         assert_eq!(field(load("group_id = \"\"", "")), "bridge.group_id");
-        // 200 characters of group_id fit with the default offsets_database (247), not with a
-        // longer one.
-        let long = format!("group_id = \"{}\"", "g".repeat(200));
+        // 188 characters of group_id fit with the default offsets_database and the deployment
+        // identity (247), not with a longer database name.
+        let long = format!("group_id = \"{}\"", "g".repeat(188));
         assert!(load(&long, "").is_ok());
         let text = format!(
             "[mongodb]\nuri = \"mongodb://h:1\"\noffsets_database = \"bridge_offsets_of_team\"\n\

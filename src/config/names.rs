@@ -4,7 +4,7 @@
 //! - Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
 //!   `__transaction_state`) and to the bridge, whose own topics are named
 //!   `__mongo_kafka_bridge.<offsets_database>.<kind>` (`internal`): the progress topic of
-//!   `delivery = "exactly_once"` (`progress_topic`) and each group's control topic
+//!   `delivery = "exactly_once"` (`progress_topic`, one per pipeline) and each group's control topic
 //!   ([`control`]), whose name, like the consumer group's ([`consumer_group`]), carries the
 //!   deployment's identity.
 //! - The bridge's own collections ([`OffsetsLocation`]): the offsets collection and, beside it,
@@ -45,9 +45,17 @@ pub fn consumer_group(group_id: &str, deployment: &str) -> String {
 /// A deployment identity's length (`crate::offsets::deployment`), for the name-length rules.
 pub(crate) const DEPLOYMENT_ID_LEN: usize = 12;
 
-/// The progress topic of `delivery = "exactly_once"` of the deployment whose offsets live in
-/// `offsets_database`.
-pub(crate) fn progress_topic(offsets_database: &str) -> String {
+/// The progress topic of an exactly-once pipeline whose offsets document's `streamUid` is
+/// `stream_uid`, in the deployment whose offsets live in `offsets_database`: one per pipeline,
+/// so a pipeline's start-up read never waits on another pipeline's open transaction.
+pub(crate) fn progress_topic(offsets_database: &str, stream_uid: &str) -> String {
+    internal(offsets_database, &format!("progress.{stream_uid}"))
+}
+
+/// The progress topic that versions before per-pipeline progress topics shared between every
+/// exactly-once pipeline of a deployment: read once at start-up by a pipeline that has no
+/// record of its own yet, so an upgrade keeps a position committed only there.
+pub(crate) fn shared_progress_topic(offsets_database: &str) -> String {
     internal(offsets_database, "progress")
 }
 

@@ -13,9 +13,10 @@
 //!   the blocking pool, never on a runtime thread. `begin_transaction` is local.
 //! - A producer whose transaction failed is never reused: the pipeline builds a new one,
 //!   whose `init_transactions` aborts what the old one left open.
-//! - The progress topic is `__mongo_kafka_bridge.<offsets_database>.progress`, compacted, and
-//!   every record goes to partition 0 (pipelines of one deployment share it; records are told
-//!   apart by key), so one partition holds a pipeline's whole history in order.
+//! - Each exactly-once pipeline has its own progress topic,
+//!   `__mongo_kafka_bridge.<offsets_database>.progress.<streamUid>`, compacted; every record
+//!   goes to partition 0 (records are told apart by key too, as in the topic older versions
+//!   shared), so one partition holds a pipeline's whole history in order.
 //! - The startup read runs after `init_transactions` (our earlier transaction is then aborted)
 //!   with `isolation.level = read_committed`, from the partition's beginning (its low
 //!   watermark) up to the high watermark taken before the read. From the beginning, because its
@@ -25,9 +26,8 @@
 //!   one of its aborts), would make a later offset miss the newest record and repeat a
 //!   committed transaction. The bridge creates the topic compacted with `segment.ms` =
 //!   [`SEGMENT_MS`](crate::config::exactly_once::SEGMENT_MS), so on Kafka the read covers one
-//!   record per pipeline plus at most that long of newer ones. Another pipeline's open
-//!   transaction holds the read at the last stable offset until it ends (at most
-//!   `transaction.timeout.ms`).
+//!   record plus at most that long of newer ones. No other pipeline writes the topic, so no
+//!   other pipeline's open transaction holds the read at the last stable offset.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -6,6 +6,10 @@
 //! Invariants:
 //! - `init_transactions` runs before the progress topic is read: the previous owner's open
 //!   transaction is aborted by then, so everything of ours up to the high watermark is decided.
+//! - Each pipeline has its own progress topic (named by its `streamUid`), so its read waits on
+//!   no other pipeline's open transaction. A pipeline with no record there yet reads the
+//!   topic older versions shared (if it exists) once, so an upgrade keeps a position
+//!   committed only there.
 //! - The newer of the progress record and the offsets document wins by their sequences
 //!   ([`newer`]); the offsets document is brought forward to a newer record before
 //!   the stream opens, so everything after it reads one position.
@@ -16,10 +20,11 @@ use tracing::info;
 
 use super::context::PipelineContext;
 use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_ms};
-use crate::config::names::progress_topic;
+use crate::config::names::{progress_topic, shared_progress_topic};
 use crate::error::BridgeError;
+use crate::kafka::admin::ADMIN_TIMEOUT;
 use crate::kafka::exactly_once::read_latest;
-use crate::offsets::exactly_once::{ProgressKey, Sequences, newer};
+use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, Sequences, newer};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::exactly_once::{TransactionSettings, Transactions};
 
@@ -74,20 +79,22 @@ pub(super) async fn reconcile(
         .init_transactions(timeout)
         .await
         .map_err(|e| failed("init", e))?;
-    let name = progress_topic(&ctx.config.mongodb.offsets_database);
+    let owner = progress_key(ctx, &offsets)?;
+    let db = &ctx.config.mongodb.offsets_database;
+    let name = progress_topic(db, &owner.stream_uid);
     ctx.admin
         .create(&name, &progress_topic_creation(&ctx.config))
         .await
         .map_err(|e| failed("progress_topic", e))?;
-    let kafka = ctx.config.kafka.clone();
-    let owner = progress_key(ctx, &offsets)?;
-    let read = tokio::task::spawn_blocking(move || read_latest(&kafka, &name, &owner, timeout))
-        .await
-        .map_err(|e| super::stage::panicked(&p.name, "pipeline", e))?
-        .map_err(|reason| BridgeError::Progress {
-            pipeline: p.name.clone(),
-            reason,
-        })?;
+    let mut read = read_progress(ctx, name, &owner, timeout).await?;
+    if read.is_none() {
+        // Upgraded from the shared topic: its newest record of ours may be the position.
+        let shared = shared_progress_topic(db);
+        let listed = ctx.admin.metadata(ADMIN_TIMEOUT).await.ok();
+        if listed.is_some_and(|c| c.topics.iter().any(|t| t.name == shared)) {
+            read = read_progress(ctx, shared, &owner, timeout).await?;
+        }
+    }
     match read {
         Some((record, offset)) if newer(record.sequences, sequences(&offsets)) => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,
@@ -100,6 +107,26 @@ pub(super) async fn reconcile(
     }
 }
 
+/// The newest committed progress record of `owner` in `topic`, read on the blocking pool.
+///
+/// Errors: [`BridgeError::Progress`] when it cannot be read within `timeout`.
+async fn read_progress(
+    ctx: &PipelineContext,
+    topic: String,
+    owner: &ProgressKey,
+    timeout: Duration,
+) -> Result<Option<(ProgressRecord, i64)>, BridgeError> {
+    let p = &ctx.pipeline;
+    let (kafka, owner) = (ctx.config.kafka.clone(), owner.clone());
+    tokio::task::spawn_blocking(move || read_latest(&kafka, &topic, &owner, timeout))
+        .await
+        .map_err(|e| super::stage::panicked(&p.name, "pipeline", e))?
+        .map_err(|reason| BridgeError::Progress {
+            pipeline: p.name.clone(),
+            reason,
+        })
+}
+
 /// The transaction state of an exactly-once run, from the offsets as they are now (after the
 /// initial commit, if there was one).
 pub(super) async fn transactions(
@@ -109,9 +136,10 @@ pub(super) async fn transactions(
 ) -> Result<Transactions, BridgeError> {
     let now = store.load(epoch).await?;
     let config = &ctx.config;
+    let owner = progress_key(ctx, &now)?;
     let settings = TransactionSettings {
-        progress_topic: progress_topic(&config.mongodb.offsets_database),
-        owner: progress_key(ctx, &now)?,
+        progress_topic: progress_topic(&config.mongodb.offsets_database, &owner.stream_uid),
+        owner,
         epoch,
         sequences: sequences(&now),
         progress_offset: now.progress_offset,

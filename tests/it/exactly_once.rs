@@ -1,6 +1,7 @@
 //! `delivery = "exactly_once"` on healthy servers: `check`'s transaction and progress topic
 //! lines, two deployments sharing Kafka and an offsets database name, and a record the broker
-//! refuses inside a transaction stubbed on the retry.
+//! refuses inside a transaction stubbed on the retry; ten pipelines' start-up beside an open
+//! transaction (`startup.rs`).
 //!
 //! Exactly-once under faults (a stop between Kafka's commit and the offsets write, kill -9 under
 //! load, a MongoDB transaction killed halfway, broker freezes, two instances) is in the fault
@@ -23,6 +24,8 @@ use crate::common::mongo::{mongo, wait_offsets};
 use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 
+mod startup;
+
 const WAIT: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread")]
@@ -42,10 +45,11 @@ async fn check_verifies_transactions_and_the_progress_topic() {
         )),
         "{out}"
     );
-    let topic = format!("__mongo_kafka_bridge.{offsets}.progress");
+    let topics = format!("__mongo_kafka_bridge.{offsets}.progress.<streamUid>");
     assert!(
         out.contains(&format!(
-            "✔ progress topic \"{topic}\" can be created (compacted, 1 partition)"
+            "✔ progress topics \"{topics}\" (one per exactly-once pipeline) can be created \
+             (compacted, 1 partition)"
         )),
         "{out}"
     );

@@ -1,6 +1,6 @@
 //! The exactly-once half of `check` (pipelines with `delivery = "exactly_once"`): whether the
-//! broker supports transactions, and whether the progress topic exists compacted or can be
-//! created so.
+//! broker supports transactions, and whether the pipelines' progress topics exist compacted
+//! and another can be created so.
 //!
 //! Invariant: `check`'s one write is here: `init_transactions` for the transactional id
 //! `<transactional_id_prefix>check` (librdkafka has no public ApiVersions call to ask the
@@ -70,42 +70,51 @@ async fn transactions_line(config: &Config) -> CheckLine {
     }
 }
 
+/// The pipelines' progress topics (`…progress.<streamUid>`, one per exactly-once pipeline):
+/// each that exists must be compacted, and one more must be creatable (validated with a
+/// placeholder `streamUid`, as the names differ only there).
 async fn progress_line(config: &Config, cluster: &ClusterInfo, admin: &KafkaAdmin) -> CheckLine {
-    let topic = crate::config::names::progress_topic(&config.mongodb.offsets_database);
-    if cluster.topics.iter().any(|t| t.name == topic) {
+    let db = &config.mongodb.offsets_database;
+    let prefix = crate::config::names::progress_topic(db, "");
+    let pattern = format!("{prefix}<streamUid>");
+    for t in cluster
+        .topics
+        .iter()
+        .filter(|t| t.name.starts_with(&prefix))
+    {
         let policy = admin
-            .describe(ResourceSpecifier::Topic(&topic), &["cleanup.policy"])
+            .describe(ResourceSpecifier::Topic(&t.name), &["cleanup.policy"])
             .await
             .remove(0)
             .unwrap_or_else(|| "unknown".to_owned());
-        return if policy.contains("compact") {
-            line(
-                true,
-                format!("progress topic {topic:?} exists (cleanup.policy={policy})"),
-            )
-        } else {
-            warning(format!(
-                "progress topic {topic:?} has cleanup.policy={policy}: it keeps every progress \
-                 record; set cleanup.policy=compact to keep the newest of each pipeline"
-            ))
-        };
+        if !policy.contains("compact") {
+            return warning(format!(
+                "progress topic {:?} has cleanup.policy={policy}: it keeps every progress \
+                 record; set cleanup.policy=compact to keep only the newest",
+                t.name
+            ));
+        }
     }
+    let sample = crate::config::names::progress_topic(db, &"0".repeat(24));
     match admin
         .validate_create(
-            &topic,
+            &sample,
             &crate::config::exactly_once::progress_topic_creation(config),
         )
         .await
     {
         Ok(()) => line(
             true,
-            format!("progress topic {topic:?} can be created (compacted, 1 partition)"),
+            format!(
+                "progress topics {pattern:?} (one per exactly-once pipeline) can be created \
+                 (compacted, 1 partition)"
+            ),
         ),
         Err(e) => line(
             false,
             format!(
-                "progress topic {topic:?} cannot be created ({e}). Remedy: create it (1 \
-                 partition, cleanup.policy=compact) or grant CREATE on it"
+                "progress topic {sample:?} cannot be created ({e}). Remedy: grant CREATE, \
+                 WRITE, READ and DESCRIBE on the topic prefix {prefix:?} (a prefixed ACL)"
             ),
         ),
     }

@@ -17,19 +17,24 @@ pub struct Progress {
     pub commit: i64,
 }
 
-/// The progress records of the pipelines of `offsets_db` (a fresh read of
-/// `__mongo_kafka_bridge.<offsets_db>.progress` from offset 0 with `isolation`).
+/// The progress records of the pipeline of `offsets_db` (a fresh read of its progress topic,
+/// `__mongo_kafka_bridge.<offsets_db>.progress.<streamUid>`, from offset 0 with `isolation`;
+/// the scenarios run one exactly-once pipeline per offsets database).
 pub async fn progress_records(
     bootstrap: &str,
     offsets_db: &str,
     isolation: Isolation,
 ) -> Vec<Progress> {
-    let (bootstrap, topic) = (
-        bootstrap.to_owned(),
-        format!("__mongo_kafka_bridge.{offsets_db}.progress"),
-    );
+    let bootstrap = bootstrap.to_owned();
+    let prefix = format!("__mongo_kafka_bridge.{offsets_db}.progress.");
     tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();
+        let Some(topic) = topics_of(&bootstrap)
+            .into_iter()
+            .find(|t| t.starts_with(&prefix))
+        else {
+            return out;
+        };
         scan(&bootstrap, &topic, isolation, |m| {
             let value: Option<serde_json::Value> =
                 m.payload().and_then(|p| serde_json::from_slice(p).ok());
@@ -51,6 +56,19 @@ pub async fn progress_records(
     })
     .await
     .expect("reader thread")
+}
+
+/// The topics on `bootstrap`.
+fn topics_of(bootstrap: &str) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("metadata client");
+    consumer
+        .fetch_metadata(None, std::time::Duration::from_secs(10))
+        .map(|md| md.topics().iter().map(|t| t.name().to_owned()).collect())
+        .unwrap_or_default()
 }
 
 /// The progress partition up to `upto` as `offset:C|A:epoch:commitSequence` (C: committed,
