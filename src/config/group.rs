@@ -144,6 +144,18 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
             ));
         }
     }
+    if let Some(protocol) = config.kafka.group_properties.get("group.protocol")
+        && protocol.to_string() != "classic"
+    {
+        return Err(BridgeError::config(
+            "kafka.group_properties.\"group.protocol\"",
+            format!(
+                "{protocol}: the bridge runs its group on the classic protocol (README \"Running \
+                 several replicas\": with KIP-848 the session timeout is the broker's, 45 s by \
+                 default, and failover would take that long); remove it"
+            ),
+        ));
+    }
     let int = |key: &str| {
         group_property_i64(&config.kafka, key).map_err(|reason| {
             BridgeError::config(format!("kafka.group_properties.\"{key}\""), reason)
@@ -230,6 +242,11 @@ mod tests {
             "bridge.shutdown_timeout_ms"
         );
         assert_eq!(field(load("group_id = \"a/b\"", "")), "bridge.group_id");
+        let kip848 = "[kafka.group_properties]\n\"group.protocol\" = \"consumer\"";
+        assert_eq!(
+            field(load("group_id = \"g\"", kip848)),
+            "kafka.group_properties.\"group.protocol\""
+        );
         assert_eq!(field(load("group_id = \"\"", "")), "bridge.group_id");
         // 188 characters of group_id fit with the default offsets_database and the deployment
         // identity (247), not with a longer database name.
