@@ -29,6 +29,7 @@ mod load;
 pub mod names;
 mod pipelines;
 mod snapshot;
+mod suggest;
 mod validate;
 mod values;
 
@@ -67,6 +68,9 @@ pub struct Config {
     /// may change pipelines only (the supervisor's reload).
     #[serde(skip)]
     pub(crate) settings: Settings,
+    /// The file it was loaded from ([`Config::load`]), for the remedies' `--config` argument.
+    #[serde(skip)]
+    pub(crate) source: Option<std::path::PathBuf>,
 }
 
 /// The loaded settings outside `[[pipelines]]`, compared by a reload. Its `Debug` shows

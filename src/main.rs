@@ -212,7 +212,7 @@ fn main() -> ExitCode {
             let options = check::CheckOptions {
                 min_oplog_window: Duration::from_secs_f64(min_oplog_window_hours.max(0.0) * 3600.0),
             };
-            return runtime.block_on(run_check(config, &options, &secrets));
+            return runtime.block_on(run_check(&config, &options, &secrets));
         }
         Command::Snapshot {
             name, namespace, ..
@@ -228,17 +228,29 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => failed(&e, &secrets),
+        Err(e) => {
+            let text = format!("--config {}", path.display());
+            eprintln!(
+                "error: {}",
+                report(&e, &secrets).replace("--config FILE", &text)
+            );
+            exit_code(&e)
+        }
     }
 }
 
-/// Prints `e` (secrets redacted) and gives its exit code: 2 for a configuration error, else 1.
-fn failed(e: &BridgeError, secrets: &[&str]) -> ExitCode {
-    eprintln!("error: {}", report(e, secrets));
+/// The exit code of `e`: 2 for a configuration error, else 1.
+fn exit_code(e: &BridgeError) -> ExitCode {
     match e {
         BridgeError::Config { .. } => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
+}
+
+/// Prints `e` (secrets redacted, remedies naming the file in use) and gives its exit code.
+fn failed(config: &Config, e: &BridgeError, secrets: &[&str]) -> ExitCode {
+    eprintln!("error: {}", config.with_config_path(&report(e, secrets)));
+    exit_code(e)
 }
 
 async fn run(
@@ -285,11 +297,11 @@ fn reload_on_sighup(
     });
 }
 
-async fn run_check(config: Config, options: &check::CheckOptions, secrets: &[&str]) -> ExitCode {
-    match check::run_with(&config, options).await {
+async fn run_check(config: &Config, options: &check::CheckOptions, secrets: &[&str]) -> ExitCode {
+    match check::run_with(config, options).await {
         Ok(lines) => {
             for line in &lines {
-                println!("{line}");
+                println!("{}", config.with_config_path(&line.to_string()));
             }
             if lines.iter().all(|l| l.ok()) {
                 ExitCode::SUCCESS
@@ -358,7 +370,7 @@ async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) 
     match offsets_cli::run(&config, &command, &mut out).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e) => failed(&e, secrets),
+        Err(e) => failed(&config, &e, secrets),
     }
 }
 
@@ -372,7 +384,7 @@ async fn run_snapshot(
     match mongo_kafka_bridge::cli::snapshot::run(&config, &name, namespace, &mut out).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(2),
-        Err(e) => failed(&e, secrets),
+        Err(e) => failed(&config, &e, secrets),
     }
 }
 

@@ -25,7 +25,23 @@ impl Config {
             field: "--config".into(),
             reason: format!("cannot read {}: {e}", path.display()),
         })?;
-        Self::from_toml(&text, std::env::vars())
+        let mut config = Self::from_toml(&text, std::env::vars()).map_err(|e| match e {
+            BridgeError::Config { field, reason } => BridgeError::Config {
+                field,
+                reason: format!("{reason} (in {})", path.display()),
+            },
+            other => other,
+        })?;
+        config.source = Some(path.to_owned());
+        Ok(config)
+    }
+
+    /// `text` with the remedies' `--config FILE` naming the file in use (when loaded from one).
+    pub fn with_config_path(&self, text: &str) -> String {
+        match &self.source {
+            Some(path) => text.replace("--config FILE", &format!("--config {}", path.display())),
+            None => text.to_owned(),
+        }
     }
 
     /// Parses TOML text, applies `MONGO_KAFKA_BRIDGE__*` overrides from `env`, validates.
@@ -47,7 +63,7 @@ impl Config {
         let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
             .map_err(|e| {
                 let path = e.path().to_string();
-                let reason = e.into_inner().message().to_owned();
+                let reason = super::suggest::with_suggestion(e.into_inner().message().to_owned());
                 overrides.name_variable(BridgeError::Config {
                     field: field_path(&path, &reason),
                     reason,

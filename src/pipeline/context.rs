@@ -66,7 +66,7 @@ impl PipelineContext {
     pub(super) fn report(&self, error: &BridgeError) -> String {
         let secrets = self.secrets();
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-        report(error, &secrets)
+        self.config.with_config_path(&report(error, &secrets))
     }
 
     /// A new producer for pipeline `p`, its statistics into the pipeline's series. With

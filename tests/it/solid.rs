@@ -52,6 +52,25 @@ async fn a_librdkafka_property_typo_is_a_config_error_in_check_and_run_and_takes
     }
 }
 
+#[test]
+fn a_key_typo_names_the_file_and_the_key_it_meant() {
+    // GIVEN a file whose [bridge] misspells commit_interval_ms
+    let text = config_toml("typo", &unique("typo"), Some("t"), "")
+        .replace("commit_interval_ms = ", "comit_interval_ms = ");
+    let file = config_file(&text);
+    // WHEN check starts with it
+    let (code, _stdout, stderr) = bridge_cli(&["check"], file.path());
+    // THEN it exits 2 naming the key, the file and the key it meant
+    assert_eq!(code, Some(2), "{stderr}");
+    let path = file.path().display().to_string();
+    assert!(
+        stderr.contains("bridge.comit_interval_ms")
+            && stderr.contains(&path)
+            && stderr.contains("did you mean `commit_interval_ms`?"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_on_the_offsets_database_never_publishes_the_bridges_own_writes() {
     // GIVEN a database-scope pipeline on the database that also holds the offsets

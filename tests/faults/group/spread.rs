@@ -1,7 +1,8 @@
 //! `group`: spread, kill -9 and join. 3 members, 9 pipelines under continuous writes; each
 //! pipeline has exactly one owner and the spread is 3/3/3 (±1); a member killed with `kill -9`
 //! loses its pipelines to the survivors (failover measured from the kill to the first increase
-//! of a survivor's `…_kafka_messages_delivered_total{pipeline}`); a 4th member joins and the
+//! of a survivor's `…_kafka_messages_delivered_total{pipeline}`), and so does a member that
+//! leaves gracefully (SIGTERM: failover timed the same way); a 4th member joins and the
 //! pipelines that do not move are never restarted (their epoch stays; the longest delivery
 //! delay, write to produce, is reported); 0 events lost; duplicates only after the position
 //! committed before the kill. The long form repeats the kill (≥ 500 kills in blocks of 50 on
@@ -64,6 +65,9 @@ async fn block_run(ctx: &Ctx, block: usize, kills: usize) -> Row {
         }
     }
     let (_, mid, hi) = done.report_failovers(&mut row);
+    if let Some(o) = done.leave(&mut crew, &owners, &mut row).await {
+        owners = o;
+    }
     let join = join_a_fourth(&mut crew, &owners, &mut row).await;
     for load in loads {
         load.stop().await;
@@ -153,6 +157,8 @@ struct Kills {
     committed: Vec<BTreeMap<String, (u32, u32)>>,
     /// The failover time of every moved pipeline (s).
     failovers: Vec<f64>,
+    /// The same after a graceful leave (SIGTERM: the member drains, commits, leaves).
+    leaves: Vec<f64>,
 }
 
 impl Kills {
@@ -165,23 +171,14 @@ impl Kills {
         k: usize,
         row: &mut Row,
     ) -> Option<Vec<usize>> {
-        let (cfg, client) = (&crew.world.cfg, &crew.world.client);
+        let cfg = &crew.world.cfg;
         let victim = k % crew.members.len();
         let moved: Vec<usize> = (0..cfg.pipelines)
             .filter(|p| owners[*p] == victim)
             .collect();
         crew.members[victim].proc.kill9();
         let killed = Instant::now();
-        let docs = cfg.offsets(client).await;
-        // What the new owners resume after: the positions of the victim's pipelines.
-        let victims: Vec<String> = moved.iter().map(|p| format!("p{p}")).collect();
-        self.committed.push(
-            docs.iter()
-                .filter(|(n, _)| victims.contains(n))
-                .map(|(n, d)| (n.clone(), committed_time(d)))
-                .collect(),
-        );
-        let pending = self.fail_over(&crew.members, victim, &moved, killed).await;
+        let pending = self.moved_over(crew, victim, &moved, killed, false).await;
         row.check(pending.is_empty(), || {
             format!(
                 "kill {k}: pipelines {:?} never delivered again",
@@ -198,29 +195,64 @@ impl Kills {
         owners
     }
 
-    /// Failover: the first increase of a survivor's delivered count for each `moved`
-    /// pipeline, timed from `killed` (waited for 90 s); the pipelines that never delivered
-    /// again (with their count at the kill).
-    async fn fail_over(
+    /// A graceful leave: SIGTERM to member 0, whose pipelines' failover is timed from the
+    /// signal to their next delivery elsewhere; it starts again, and the pipelines settle.
+    async fn leave(
         &mut self,
-        members: &[Member],
+        crew: &mut Crew<'_>,
+        owners: &[usize],
+        row: &mut Row,
+    ) -> Option<Vec<usize>> {
+        let moved: Vec<usize> = (0..crew.world.cfg.pipelines)
+            .filter(|p| owners[*p] == 0)
+            .collect();
+        crate::common::bridge::signal(crew.members[0].proc.pid(), "TERM");
+        let left = Instant::now();
+        let pending = self.moved_over(crew, 0, &moved, left, true).await;
+        let (lo, mid, hi) = median(self.leaves.clone());
+        say!(
+            "group: failover after a graceful leave (SIGTERM) over {} pipelines: min {lo:.1} s, median {mid:.1} s, max {hi:.1} s",
+            self.leaves.len()
+        );
+        row.check(pending.is_empty(), || {
+            format!(
+                "leave: pipelines {:?} never delivered again",
+                pending.keys()
+            )
+        });
+        let status = crew.members[0].proc.stop(Duration::from_secs(30));
+        row.check(status.success(), || format!("graceful leave: {status}"));
+        crew.members[0] = crew.member();
+        crew.settled().await
+    }
+
+    /// After `victim` stopped at `at`: records the positions of its `moved` pipelines (what
+    /// their new owners resume after) and their failover times (`leave`: as a graceful
+    /// leave's); the pipelines that never delivered again.
+    async fn moved_over(
+        &mut self,
+        crew: &Crew<'_>,
         victim: usize,
         moved: &[usize],
-        killed: Instant,
+        at: Instant,
+        leave: bool,
     ) -> HashMap<usize, f64> {
-        let survivors: Vec<usize> = (0..members.len()).filter(|m| *m != victim).collect();
-        let sum = |p: usize| -> f64 { survivors.iter().map(|m| delivered(&members[*m], p)).sum() };
-        let mut pending: HashMap<usize, f64> = moved.iter().map(|p| (*p, sum(*p))).collect();
-        while !pending.is_empty() && killed.elapsed() < Duration::from_secs(90) {
-            pending.retain(|p, base| {
-                if sum(*p) > *base {
-                    self.failovers.push(killed.elapsed().as_secs_f64());
-                    false
-                } else {
-                    true
-                }
-            });
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let (cfg, client) = (&crew.world.cfg, &crew.world.client);
+        let killed = at;
+        let docs = cfg.offsets(client).await;
+        // What the new owners resume after: the positions of the victim's pipelines.
+        let victims: Vec<String> = moved.iter().map(|p| format!("p{p}")).collect();
+        self.committed.push(
+            docs.iter()
+                .filter(|(n, _)| victims.contains(n))
+                .map(|(n, d)| (n.clone(), committed_time(d)))
+                .collect(),
+        );
+        let (times, pending) = fail_over(&crew.members, victim, moved, killed).await;
+        if leave {
+            self.leaves.extend(times);
+        } else {
+            self.failovers.extend(times);
         }
         pending
     }
@@ -237,6 +269,33 @@ impl Kills {
         });
         (lo, mid, hi)
     }
+}
+
+/// Failover: the first increase of a survivor's delivered count for each `moved` pipeline,
+/// timed from `killed` (waited for 90 s): the times, and the pipelines that never delivered
+/// again (with their count at the kill).
+async fn fail_over(
+    members: &[Member],
+    victim: usize,
+    moved: &[usize],
+    killed: Instant,
+) -> (Vec<f64>, HashMap<usize, f64>) {
+    let survivors: Vec<usize> = (0..members.len()).filter(|m| *m != victim).collect();
+    let sum = |p: usize| -> f64 { survivors.iter().map(|m| delivered(&members[*m], p)).sum() };
+    let mut pending: HashMap<usize, f64> = moved.iter().map(|p| (*p, sum(*p))).collect();
+    let mut times = Vec::new();
+    while !pending.is_empty() && killed.elapsed() < Duration::from_secs(90) {
+        pending.retain(|p, base| {
+            if sum(*p) > *base {
+                times.push(killed.elapsed().as_secs_f64());
+                false
+            } else {
+                true
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (times, pending)
 }
 
 /// What a 4th member's join moved.

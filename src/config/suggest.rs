@@ -1,0 +1,90 @@
+//! "Did you mean": a configuration key or value that is not one of the accepted ones is named
+//! with the closest accepted one, when one is close (a typo, not another word).
+//!
+//! Reads the deserializer's message (`unknown field `x`, expected one of `a`, `b`` or
+//! `unknown variant …`), so it covers every table and every enumerated value without a list of
+//! its own.
+
+/// `reason` with ` — did you mean `y`?` appended when it names an unknown field or variant
+/// `x` and an accepted name is within an edit distance of a third of `x` (at least 1, at most
+/// 3); `reason` unchanged otherwise.
+pub(super) fn with_suggestion(reason: String) -> String {
+    let Some(rest) = reason
+        .strip_prefix("unknown field `")
+        .or_else(|| reason.strip_prefix("unknown variant `"))
+    else {
+        return reason;
+    };
+    let Some((given, accepted)) = rest.split_once('`') else {
+        return reason;
+    };
+    let limit = (given.chars().count() / 3).clamp(1, 3);
+    let closest = accepted
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| (distance(given, name), name))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d);
+    match closest {
+        Some((_, name)) => format!("{reason} — did you mean `{name}`?"),
+        None => reason,
+    }
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{distance, with_suggestion};
+
+    #[test]
+    fn a_typo_gets_the_closest_accepted_name_and_another_word_gets_none() {
+        let typo = "unknown field `comit_interval_ms`, expected one of `commit_interval_ms`, \
+                    `lease_ms`";
+        assert!(
+            with_suggestion(typo.to_owned()).ends_with(" — did you mean `commit_interval_ms`?")
+        );
+        let variant = "unknown variant `exatly_once`, expected `at_least_once` or `exactly_once`";
+        assert!(with_suggestion(variant.to_owned()).ends_with("did you mean `exactly_once`?"));
+        let other = "unknown field `colour`, expected one of `collection`, `database`";
+        assert_eq!(with_suggestion(other.to_owned()), other);
+        assert_eq!(with_suggestion("invalid type".to_owned()), "invalid type");
+        assert_eq!(distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_file_key_typo_is_named_with_the_key_it_meant() {
+        let text = "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+                    [bridge]\ncomit_interval_ms = 5\n[[pipelines]]\nname = \"p\"\n\
+                    database = \"d\"\n";
+        match crate::config::Config::from_toml(text, std::iter::empty()) {
+            Err(crate::error::BridgeError::Config { field, reason }) => {
+                assert_eq!(field, "bridge.comit_interval_ms");
+                assert!(
+                    reason.contains("did you mean `commit_interval_ms`?"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+}
