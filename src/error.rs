@@ -30,7 +30,7 @@ pub(crate) use classify::{
     is_oversize, is_server_selection, mongo_code,
 };
 pub(crate) use report::describe_mongo;
-pub use report::{redact, report};
+pub use report::{KINDS, redact, report};
 
 /// What a failure calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -109,8 +109,41 @@ impl ErrorClass {
     }
 }
 
+/// Every [`BridgeError::kind`], so the metrics can show each at zero before it first fires
+/// (an alert on `increase(…)` misses a series' first value).
+pub const KINDS: [&str; 27] = [
+    "config",
+    "source",
+    "snapshot",
+    "snapshot_filter",
+    "invalidate",
+    "history_lost",
+    "replica_set",
+    "encode",
+    "split",
+    "delivery",
+    "kafka_authentication",
+    "oversize",
+    "dead_letter",
+    "delivery_cancelled",
+    "producer",
+    "topic_creation",
+    "checkpoint",
+    "offsets_document",
+    "fenced",
+    "group",
+    "config_changed",
+    "panic",
+    "transaction",
+    "progress",
+    "transaction_too_long",
+    "batch_above_topic_limit",
+    "refused_in_transaction",
+];
+
 impl BridgeError {
-    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message.
+    /// A short, bounded label for metrics (`reason`, `stage` labels); never a message; one of
+    /// [`KINDS`].
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Config { .. } => "config",

@@ -121,3 +121,23 @@ fn a_missing_topic_names_its_remedy() {
     assert_eq!(error.class(), ErrorClass::Persistent);
     assert!(error.remedy().contains("[kafka.topic_creation]"));
 }
+
+#[test]
+fn kinds_lists_every_kind() {
+    // Every label `kind()` returns (read from its source, so a new arm cannot be missed).
+    let source = include_str!("report.rs");
+    let body = source
+        .split("pub fn kind(&self)")
+        .nth(1)
+        .and_then(|rest| rest.split("pub fn remedy").next())
+        .expect("kind() in report.rs");
+    let labels: Vec<&str> = body
+        .split("=> \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert_eq!(labels.len(), super::KINDS.len(), "{labels:?}");
+    for label in labels {
+        assert!(super::KINDS.contains(&label), "{label} is not in KINDS");
+    }
+}

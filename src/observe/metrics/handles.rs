@@ -115,8 +115,16 @@ impl TopicMetrics {
 }
 
 impl Metrics {
-    /// The handles of one pipeline.
+    /// The handles of one pipeline. Its error and restart counters exist at zero for every
+    /// error kind and class from the start, so alerts on their increase see the first one.
     pub fn pipeline(&self, name: &str) -> PipelineMetrics {
+        let life = &self.lifecycle;
+        for kind in crate::error::KINDS {
+            life.restarts.with_label_values(&[name, kind]);
+            for class in ["transient", "persistent", "fatal"] {
+                life.errors.with_label_values(&[name, kind, class]);
+            }
+        }
         PipelineMetrics {
             name: name.to_owned(),
             family: self.clone(),
