@@ -24,6 +24,7 @@ mod group;
 mod kafka;
 mod mongo;
 mod privileges;
+mod snapshot;
 mod state;
 mod topics;
 

@@ -176,7 +176,11 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     wait("mongo_kafka_bridge_build_info".into(), |v| v == 1.0).await;
     let (code, rules) = get(prom, "/api/v1/rules").await;
     assert_eq!(code, 200);
-    assert_eq!(rules.matches("\"type\":\"alerting\"").count(), 10, "{rules}");
+    assert_eq!(
+        rules.matches("\"type\":\"alerting\"").count(),
+        10,
+        "{rules}"
+    );
     bridge.shutdown();
     bridge.wait().await.unwrap();
 }

@@ -107,6 +107,7 @@ pub(super) async fn offsets_lines(
 ) -> Vec<CheckLine> {
     let (line, parsed) = offsets_line(client, config, p, bounds).await;
     let mut lines = vec![line];
+    lines.extend(super::snapshot::snapshot_line(p, parsed.as_ref()));
     if let Some(parsed) = parsed {
         lines.extend(identity_lines(p, &parsed));
         if let Some((at, error)) = &parsed.failure {
