@@ -117,6 +117,7 @@ impl BridgeError {
             Self::Source { .. } => "source",
             Self::Copy { .. } => "snapshot",
             Self::SnapshotFilterChanged { .. } => "snapshot_filter",
+            Self::CopyCheck(_) => "snapshot_check",
             Self::StreamClosed { .. } => "invalidate",
             Self::HistoryLost { .. } => "history_lost",
             Self::ReplicaSetMismatch { .. } => "replica_set",
