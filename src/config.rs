@@ -34,9 +34,9 @@ mod validate;
 mod values;
 
 pub use values::{
-    Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost,
-    OnOversize, OnPipelineFailure, PropertyValue, SecretUri, SnapshotMode, StartAt, TopicCreation,
-    ValueMode,
+    CountCheck, Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous,
+    OnHistoryLost, OnOversize, OnPipelineFailure, PropertyValue, SecretUri, SnapshotMode, StartAt,
+    TopicCreation, ValueMode,
 };
 
 pub use debezium::DebeziumSettings;

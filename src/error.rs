@@ -5,7 +5,8 @@
 //! - `report`: one-line descriptions of errors for logs, with secrets redacted; the bounded
 //!   metric label ([`BridgeError::kind`]) and the operator's remedy ([`BridgeError::remedy`]).
 //! - [`encode`], [`split`]: the errors of one change event (it cannot be encoded, its fragments
-//!   do not form one event), defined here so that [`BridgeError`] can carry them.
+//!   do not form one event), and [`snapshot`]: a copy that would finish short; defined here so
+//!   that [`BridgeError`] can carry them.
 //!
 //! What a pipeline *does* after a failure is decided next to the lifecycle that applies it
 //! (`pipeline/policy.rs`).
@@ -23,6 +24,7 @@ use rdkafka::error::KafkaError;
 mod classify;
 pub mod encode;
 mod report;
+pub mod snapshot;
 pub mod split;
 
 pub(crate) use classify::{
@@ -83,6 +85,9 @@ pub enum BridgeError {
         #[source]
         source: Box<MongoError>,
     },
+    /// A copy stopped rather than finish short (its `_id`s out of order, its count off).
+    #[error("the snapshot's copy stopped rather than finish short")]
+    CopyCheck(#[source] Box<snapshot::CopyCheckError>),
     /// A running snapshot was started with another `snapshot_filter`: resuming would mix two.
     #[error(
         "pipeline {pipeline:?} has a snapshot running with snapshot_filter {stored}, but the \

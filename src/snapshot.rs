@@ -10,8 +10,10 @@
 //! ```
 //!
 //! The pieces, one file name in every layer: this room (the shared types; `plan`: which
-//! namespaces; [`copy`]: one namespace's copy bracket by bracket; `sequence`: the order of
-//! stream and copy items, and its proof; `key`: a copied document's `documentKey`),
+//! namespaces; [`copy`]: one namespace's copy bracket by bracket; `order`: MongoDB's order
+//! of `_id`s, which a copy checks as it reads; [`count`]: the count check at a copy's end;
+//! `sequence`: the order of stream and copy items, and its proof; `key`: a copied document's
+//! `documentKey`),
 //! `config/snapshot.rs` (the rules), `source/snapshot.rs` and `source/copying.rs` (the source
 //! task that streams and copies), `encode/snapshot.rs` (copied documents' and markers' records),
 //! `relay/snapshot.rs` (their window entries), `offsets/snapshot.rs` (the document's fields),
@@ -34,7 +36,9 @@ use std::sync::Arc;
 use bson::{Bson, DateTime};
 
 pub mod copy;
+pub mod count;
 pub(crate) mod key;
+pub(crate) mod order;
 pub(crate) mod plan;
 pub(crate) mod sequence;
 
@@ -92,6 +96,10 @@ pub struct NamespaceCopy {
     pub last_id: Option<Bson>,
     /// Documents copied and delivered so far.
     pub copied: u64,
+    /// Inserts, updates, replaces and deletes of the namespace that the stream returned since
+    /// its copy began, delivered with this state (`count.rs`: the count check's allowance, kept
+    /// across restarts); `None` in a state stored before the field existed.
+    pub changes: Option<u64>,
     /// Its `snapshot_end` markers are delivered: the copy of this namespace is over.
     pub done: bool,
 }
@@ -105,6 +113,7 @@ impl NamespaceCopy {
             started: false,
             last_id: None,
             copied: 0,
+            changes: Some(0),
             done: false,
         }
     }

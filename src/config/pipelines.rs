@@ -8,8 +8,8 @@
 use serde::Deserialize;
 
 use super::{
-    Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous, OnHistoryLost,
-    OnOversize, SnapshotMode, StartAt, ValueMode,
+    CountCheck, Delivery, Format, FullDocument, FullDocumentBeforeChange, OnAmbiguous,
+    OnHistoryLost, OnOversize, SnapshotMode, StartAt, ValueMode,
 };
 use crate::extjson::JsonMode;
 
@@ -92,6 +92,11 @@ pub struct PipelineConfig {
     /// Collections copied at once (database and deployment scopes). Default 2.
     #[serde(default = "default_snapshot_parallelism")]
     pub snapshot_parallelism: usize,
+    /// `fail` (default) or `warn`: a copy that read another number of documents than
+    /// `countDocuments(snapshot_filter)` finds at its end, beyond the changes the stream saw
+    /// meanwhile, stops the pipeline, or only warns (README "Initial snapshot").
+    #[serde(default)]
+    pub snapshot_count_check: CountCheck,
 }
 
 const fn default_full_document() -> FullDocument {

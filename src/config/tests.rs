@@ -819,6 +819,19 @@ fn snapshot_settings_name_their_bounds() {
         "pipelines[0].snapshot",
         "expected `never` or `initial`",
     );
+    assert_rejected(
+        &valid_with("snapshot_count_check = \"ignore\"\n"),
+        "pipelines[0].snapshot_count_check",
+        "expected `fail` or `warn`",
+    );
+}
+
+#[test]
+fn a_count_mismatch_fails_the_copy_unless_set_to_warn() {
+    let config = parse(&valid_with("")).expect("valid");
+    assert_eq!(config.pipelines[0].snapshot_count_check, CountCheck::Fail);
+    let config = parse(&valid_with("snapshot_count_check = \"warn\"\n")).expect("valid");
+    assert_eq!(config.pipelines[0].snapshot_count_check, CountCheck::Warn);
 }
 
 #[test]

@@ -125,6 +125,18 @@ pub enum SnapshotMode {
     Initial,
 }
 
+/// `snapshot_count_check`: what a copy whose count disagrees with the collection's does
+/// (README "Initial snapshot").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountCheck {
+    /// Stop the pipeline with an error naming the namespace and the counts.
+    #[default]
+    Fail,
+    /// Log a warning, count it in `…_snapshot_count_mismatch_total`, and finish the copy.
+    Warn,
+}
+
 /// `delivery`: how often each change event reaches Kafka (README "Exactly once").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -214,6 +214,7 @@ impl BridgeError {
             | Self::Producer(_)
             | Self::ConfigChanged { .. }
             | Self::SnapshotFilterChanged { .. }
+            | Self::CopyCheck(_)
             | Self::TransactionTooLong { .. }
             | Self::KafkaAuthentication { .. }
             | Self::Oversize { .. } => ErrorClass::Fatal,

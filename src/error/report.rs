@@ -111,7 +111,7 @@ impl ErrorClass {
 
 /// Every [`BridgeError::kind`], so the metrics can show each at zero before it first fires
 /// (an alert on `increase(…)` misses a series' first value).
-pub const KINDS: [&str; 27] = [
+pub const KINDS: [&str; 28] = [
     "config",
     "source",
     "snapshot",
@@ -139,6 +139,7 @@ pub const KINDS: [&str; 27] = [
     "transaction_too_long",
     "batch_above_topic_limit",
     "refused_in_transaction",
+    "snapshot_check",
 ];
 
 impl BridgeError {
@@ -150,6 +151,7 @@ impl BridgeError {
             Self::Source { .. } => "source",
             Self::Copy { .. } => "snapshot",
             Self::SnapshotFilterChanged { .. } => "snapshot_filter",
+            Self::CopyCheck(_) => "snapshot_check",
             Self::StreamClosed { .. } => "invalidate",
             Self::HistoryLost { .. } => "history_lost",
             Self::ReplicaSetMismatch { .. } => "replica_set",

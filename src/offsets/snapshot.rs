@@ -3,7 +3,7 @@
 //!
 //! Shape (README, "Offsets"):
 //! `snapshot: {id, reason, startedAt, requestedAt?, filter?, namespaces: [{db, coll, started,
-//! lastId?, copied, done}]}`,
+//! lastId?, copied, changes?, done}]}`,
 //! `snapshotRequest: {reason, namespace: "db.coll" | null, requestedAt, by}`,
 //! `lastSnapshot: {id, reason, startedAt, finishedAt, copied}`.
 //!
@@ -28,6 +28,9 @@ pub(crate) fn state_doc(state: &SnapshotState) -> Document {
             };
             if let Some(id) = &n.last_id {
                 d.insert("lastId", id.clone());
+            }
+            if let Some(changes) = n.changes {
+                d.insert("changes", i64::try_from(changes).unwrap_or(i64::MAX));
             }
             Bson::Document(d)
         })
@@ -107,17 +110,19 @@ pub(crate) fn state_from(d: &Document) -> Result<Option<SnapshotState>, String> 
                 .map(str::to_owned)
                 .map_err(|_| wrong(&format!("namespaces.{k}"), "must be a string"))
         };
-        let copied = match n.get("copied") {
-            Some(Bson::Int64(v)) => u64::try_from(*v).unwrap_or(0),
-            Some(Bson::Int32(v)) => u64::try_from(*v).unwrap_or(0),
-            _ => 0,
+        let count = |k: &str| match n.get(k) {
+            Some(Bson::Int64(v)) => Some(u64::try_from(*v).unwrap_or(0)),
+            Some(Bson::Int32(v)) => Some(u64::try_from(*v).unwrap_or(0)),
+            _ => None,
         };
+        let copied = count("copied").unwrap_or(0);
         namespaces.push(NamespaceCopy {
             db: text("db")?,
             coll: text("coll")?,
             started: n.get_bool("started").unwrap_or(false),
             last_id: n.get("lastId").cloned(),
             copied,
+            changes: count("changes"),
             done: n.get_bool("done").unwrap_or(false),
         });
     }
@@ -198,6 +203,7 @@ mod tests {
                     NamespaceCopy {
                         last_id: Some(id.clone()),
                         copied: 7,
+                        changes: Some(3),
                         started: true,
                         ..NamespaceCopy::new("shop", "orders")
                     },

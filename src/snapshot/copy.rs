@@ -15,11 +15,20 @@
 //!   code `_id`s are not copied, which the README states).
 //!   <https://www.mongodb.com/docs/manual/reference/bson-type-comparison-order/>
 //! - A batch shorter than asked for ends its bracket.
+//! - Every `_id` read is strictly greater, by MongoDB's comparison rules (`order.rs`), than the
+//!   one read before it, in its batch or in the batch before (whatever the bracket, and after
+//!   a resume, than the committed `lastId`); otherwise the read answers [`Read::OutOfOrder`]
+//!   and none of that batch is copied: `$gt` paging over such an index skips documents.
+//! - The read after the last bracket counts the collection (`count.rs`) before it answers
+//!   [`Read::Exhausted`].
 
 use bson::{Bson, RawBson, RawBsonRef, RawDocumentBuf, Timestamp, doc};
 use futures::StreamExt;
 use mongodb::options::{Hint, ReadConcern};
 use mongodb::{Client, Collection};
+
+use super::count::{Counted, count};
+use super::order::{Strings, follows};
 
 /// A bracket of the `_id` order: its first query's condition on `_id`, and whether it holds
 /// one value only.
@@ -128,12 +137,33 @@ pub struct Batch {
 pub enum Read {
     /// Documents (at least one).
     Batch(Batch),
-    /// The collection has been read to its end.
-    Exhausted,
+    /// The collection has been read to its end; what `countDocuments` found then.
+    Exhausted(Counted),
+    /// `next` was read right after `previous` although MongoDB orders it before (or equal to)
+    /// it: the copy must stop.
+    OutOfOrder {
+        /// The `_id` read first.
+        previous: Bson,
+        /// The `_id` read right after it.
+        next: Bson,
+    },
+}
+
+/// One `find`'s outcome.
+struct Page {
+    docs: Vec<RawDocumentBuf>,
+    read_time: Option<Timestamp>,
+    /// A whole batch: more may follow in the bracket.
+    full: bool,
+    /// Two `_id`s out of order (the batch is not to be copied).
+    disorder: Option<(RawBson, RawBson)>,
 }
 
 /// A namespace's copy; owned by the future that reads it (see [`CopyCursor::next`]).
 pub struct CopyCursor {
+    client: Client,
+    /// `(db, coll)`.
+    namespace: (String, String),
     collection: Collection<bson::Document>,
     filter: bson::Document,
     batch_size: u32,
@@ -141,6 +171,10 @@ pub struct CopyCursor {
     bracket: usize,
     /// The last `_id` read in that bracket (or committed, before the first read).
     after: Option<Bson>,
+    /// The last `_id` read in any bracket (or committed): the next must be greater.
+    previous: Option<RawBson>,
+    /// How strings compare (the collection's collation), known after the first read.
+    strings: Option<Strings>,
 }
 
 impl CopyCursor {
@@ -155,13 +189,21 @@ impl CopyCursor {
     ) -> Self {
         let bracket = last_id.and_then(bracket_of).unwrap_or(0);
         let single = BRACKETS.get(bracket).is_some_and(|b| b.single);
+        let previous = last_id.and_then(|id| {
+            let doc = RawDocumentBuf::from_document(&doc! { "_id": id.clone() }).ok()?;
+            Some(doc.get("_id").ok()??.to_raw_bson())
+        });
         Self {
+            client: client.clone(),
+            namespace: (db.to_owned(), coll.to_owned()),
             collection: client.database(db).collection(coll),
             filter,
             batch_size,
             // A single-value bracket whose value was copied is over.
             bracket: bracket + usize::from(last_id.is_some() && single),
             after: last_id.cloned().filter(|_| !single),
+            previous,
+            strings: None,
         }
     }
 
@@ -175,29 +217,47 @@ impl CopyCursor {
     }
 
     async fn read(&mut self) -> Result<Read, mongodb::error::Error> {
+        let strings = match self.strings {
+            Some(strings) => strings,
+            None => {
+                let (db, coll) = &self.namespace;
+                *self
+                    .strings
+                    .insert(super::plan::strings(&self.client, db, coll).await?)
+            }
+        };
         while let Some(bracket) = BRACKETS.get(self.bracket) {
             let condition = match &self.after {
                 Some(after) => bson::bson!({ "$gt": after.clone() }),
                 None => (bracket.first)(),
             };
-            let (docs, read_time, full) = self.query(condition).await?;
-            if !full || bracket.single {
+            let page = self.query(condition, strings).await?;
+            if let Some((previous, next)) = page.disorder {
+                let owned = |id: RawBson| Bson::try_from(id).unwrap_or(Bson::Undefined);
+                let (previous, next) = (owned(previous), owned(next));
+                return Ok(Read::OutOfOrder { previous, next });
+            }
+            if !page.full || bracket.single {
                 self.bracket += 1;
                 self.after = None;
             }
-            if !docs.is_empty() {
+            if !page.docs.is_empty() {
+                let (docs, read_time) = (page.docs, page.read_time);
                 return Ok(Read::Batch(Batch { docs, read_time }));
             }
         }
-        Ok(Read::Exhausted)
+        let counted = count(&self.client, &self.collection, self.filter.clone()).await?;
+        Ok(Read::Exhausted(counted))
     }
 
     /// One `find` of `_id` matching `condition`: its documents, read time, and whether it
-    /// returned a whole batch (more may follow in the bracket). Sets `after` to the last `_id`.
+    /// returned a whole batch (more may follow in the bracket), or the first two `_id`s out of
+    /// order. Sets `after` and `previous` to the last `_id`.
     async fn query(
         &mut self,
         condition: Bson,
-    ) -> Result<(Vec<RawDocumentBuf>, Option<Timestamp>, bool), mongodb::error::Error> {
+        strings: Strings,
+    ) -> Result<Page, mongodb::error::Error> {
         let invalid = |e: &dyn std::fmt::Display| {
             mongodb::error::Error::custom(format!("malformed copy reply: {e}"))
         };
@@ -217,7 +277,7 @@ impl CopyCursor {
             .read_concern(ReadConcern::majority())
             .batch()
             .await?;
-        let mut docs = Vec::with_capacity(self.batch_size as usize);
+        let mut docs: Vec<RawDocumentBuf> = Vec::with_capacity(self.batch_size as usize);
         let mut read_time = None;
         let mut full = false;
         let mut last: Option<RawBson> = None;
@@ -230,10 +290,24 @@ impl CopyCursor {
                 let RawBsonRef::Document(doc) = item.map_err(|e| invalid(&e))? else {
                     return Err(invalid(&"a batch item is not a document"));
                 };
-                last = doc
-                    .get("_id")
-                    .map_err(|e| invalid(&e))?
-                    .map(|id| id.to_raw_bson());
+                let id = doc.get("_id").map_err(|e| invalid(&e))?;
+                let before = match docs.last() {
+                    Some(d) => d.get("_id").ok().flatten(),
+                    None => self.previous.as_ref().map(RawBson::as_raw_bson_ref),
+                };
+                if let (Some(before), Some(id)) = (before, id)
+                    && !follows(before, id, strings)
+                {
+                    let disorder = Some((before.to_raw_bson(), id.to_raw_bson()));
+                    let (docs, full) = (Vec::new(), false);
+                    return Ok(Page {
+                        docs,
+                        read_time,
+                        full,
+                        disorder,
+                    });
+                }
+                last = id.map(|id| id.to_raw_bson());
                 bytes += doc.as_bytes().len();
                 docs.push(doc.to_raw_document_buf());
                 if bytes >= MAX_BATCH_BYTES {
@@ -245,10 +319,17 @@ impl CopyCursor {
             }
         }
         if let Some(id) = last {
-            self.after = Some(Bson::try_from(id).map_err(|e| invalid(&e))?);
+            self.after = Some(Bson::try_from(id.clone()).map_err(|e| invalid(&e))?);
+            self.previous = Some(id);
         }
         let full = full || docs.len() >= self.batch_size as usize;
-        Ok((docs, read_time, full))
+        let disorder = None;
+        Ok(Page {
+            docs,
+            read_time,
+            full,
+            disorder,
+        })
     }
 }
 

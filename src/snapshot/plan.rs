@@ -11,6 +11,7 @@ use futures::TryStreamExt;
 use mongodb::Client;
 use mongodb::results::CollectionType;
 
+use super::order::Strings;
 use crate::config::PipelineConfig;
 use crate::config::names::OffsetsLocation;
 
@@ -88,4 +89,33 @@ pub(crate) async fn shard_key(client: &Client, db: &str, coll: &str) -> Option<V
     }
     let pattern = found.get_document("key").ok()?;
     Some(pattern.keys().cloned().collect())
+}
+
+/// How the `_id` order check compares strings in `db.coll`: binary, unless the collection has
+/// a non-simple default collation (logged: its string order is not checked).
+///
+/// Errors: the driver's (listing the collection).
+pub(crate) async fn strings(
+    client: &Client,
+    db: &str,
+    coll: &str,
+) -> Result<Strings, mongodb::error::Error> {
+    let mut specs = client
+        .database(db)
+        .list_collections()
+        .filter(doc! { "name": coll })
+        .await?;
+    let collation = match specs.try_next().await? {
+        Some(spec) => spec.options.collation,
+        None => None,
+    };
+    match collation {
+        Some(c) if c.locale != "simple" => {
+            tracing::warn!(namespace = %format!("{db}.{coll}"), locale = %c.locale,
+                "the copy's _id order check does not compare strings in this collection: its \
+                 collation orders them (only the simple binary order is checked)");
+            Ok(Strings::Unchecked)
+        }
+        _ => Ok(Strings::Binary),
+    }
 }

@@ -6,6 +6,9 @@
 //! (`snapshot/sequence.rs`, premise P1); a namespace's `snapshot_start` precedes its first
 //! document and its `snapshot_end` follows its last; the state an item carries counts only what
 //! left before it (the last document of each batch carries its namespace's `lastId`).
+//!
+//! Pieces: `check.rs` (a copy that would finish short stops or warns: `_id`s out of order,
+//! the count at its end), `rename.rs` (a collection renamed into the scope joins the snapshot).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +30,7 @@ use crate::observe::metrics::{PipelineMetrics, SnapshotMetrics};
 use crate::snapshot::copy::{CopyCursor, Read};
 use crate::snapshot::sequence::{Sequencer, Slot};
 use crate::snapshot::{CopyTarget, Marker, NamespaceCopy, Request, SnapshotState, plan};
+use check::Counting;
 
 /// What a copy needs besides the stream.
 pub(crate) struct Copier {
@@ -65,6 +69,9 @@ pub(super) enum Out {
     State,
 }
 
+mod check;
+mod rename;
+
 pub(super) type CopyRead = (usize, Slot, CopyCursor, Result<Read, mongodb::error::Error>);
 
 /// One running snapshot.
@@ -83,6 +90,10 @@ pub(super) struct Copy<'a> {
     pub(super) copies: FuturesUnordered<BoxFuture<'static, CopyRead>>,
     /// The batches held back until their namespace's next reply (the Debezium form).
     pub(super) held: Held<Out>,
+    /// The count checks of the namespaces being copied or waiting for the stream.
+    counting: Vec<Counting>,
+    /// Stream reads issued so far (`check.rs`: an empty batch asked for after a count).
+    pub(super) stream_reads: u64,
 }
 
 impl<'a> Copy<'a> {
@@ -169,62 +180,9 @@ impl<'a> Copy<'a> {
             seq,
             pending,
             copies: FuturesUnordered::new(),
+            counting: Vec::new(),
+            stream_reads: 0,
         })
-    }
-
-    /// The target of a `rename` event into the pipeline's database or deployment scope, when
-    /// the plan does not hold it: its documents exist under a name the plan never listed, and
-    /// the stream will carry only their later changes.
-    pub(super) fn renamed_into_scope(&self, item: &SourceItem) -> Option<(String, String)> {
-        let SourceItem::Event { raw, .. } = item else {
-            return None;
-        };
-        if raw.get_str("operationType").ok()? != "rename" {
-            return None;
-        }
-        let to = raw.get_document("to").ok()?;
-        let (db, coll) = (to.get_str("db").ok()?, to.get_str("coll").ok()?);
-        let p = &self.copier.pipeline;
-        let inside = match (&p.database, &p.collection) {
-            (Some(scope), None) => scope == db,
-            (None, None) => !plan::INTERNAL_DATABASES.contains(&db),
-            _ => false,
-        };
-        let own = (db, coll)
-            == (
-                self.copier.offsets.database.as_str(),
-                self.copier.offsets.collection.as_str(),
-            );
-        let planned = self
-            .state
-            .namespaces
-            .iter()
-            .any(|n| n.db == db && n.coll == coll && !n.done);
-        (inside && !own && !planned && !coll.starts_with("system."))
-            .then(|| (db.to_owned(), coll.to_owned()))
-    }
-
-    /// Adds `(db, coll)` to the running snapshot: its start marker comes after the event that
-    /// made it appear, its copy after that.
-    pub(super) fn add(&mut self, (db, coll): (String, String)) {
-        let n = NamespaceCopy::new(&db, &coll);
-        info!(pipeline = %self.copier.pipeline.name, namespace = %n.namespace(),
-              "a collection was renamed into the scope during the snapshot: copying it too");
-        self.targets.push(Arc::new(CopyTarget {
-            db,
-            coll,
-            snapshot_id: self.state.id.clone(),
-            reason: self.state.reason,
-            shard_key: None,
-        }));
-        self.metrics
-            .push(self.copier.metrics.snapshot(&n.namespace()));
-        self.started.push(None);
-        self.held.add();
-        self.state.namespaces.push(n);
-        let index = self.state.namespaces.len() - 1;
-        self.seq.push(Out::Start(index));
-        self.pending.push_back(index);
     }
 
     /// Starts the copy of the next namespaces while fewer than `snapshot_parallelism` run.
@@ -255,6 +213,7 @@ impl<'a> Copy<'a> {
                 p.snapshot_batch_size,
                 n.last_id.as_ref(),
             );
+            self.counting(ns);
             self.request(ns, cursor);
         }
     }
@@ -292,20 +251,22 @@ impl<'a> Copy<'a> {
                         snapshot_last: false,
                     })
                     .collect();
+                self.read(ns, count);
                 self.held.batch(&mut self.seq, ns, slot, items);
                 self.request(ns, cursor);
                 Ok(())
             }
-            Ok(Read::Exhausted) => {
+            Ok(Read::OutOfOrder { previous, next }) => Err(self.out_of_order(ns, previous, next)),
+            Ok(Read::Exhausted(counted)) => {
                 let others_left = !self.pending.is_empty() || !self.copies.is_empty();
                 let last = |item: &mut Out| {
                     if let Out::Doc { snapshot_last, .. } = item {
                         *snapshot_last = !others_left;
                     }
                 };
-                self.held
-                    .exhausted(&mut self.seq, (ns, slot), last, Out::End(ns));
-                Ok(())
+                self.held.exhausted(&mut self.seq, (ns, slot), last);
+                // The end marker follows once the count agrees (`check.rs`).
+                self.counted(ns, counted)
             }
             Err(source) => Err(BridgeError::Copy {
                 pipeline: self.copier.pipeline.name.clone(),
@@ -319,7 +280,10 @@ impl<'a> Copy<'a> {
     pub(super) fn leave(&mut self, out: Out) -> SourceItem {
         let shared = |state: &SnapshotState| Arc::new(state.clone());
         match out {
-            Out::Stream(item) => item,
+            Out::Stream(item) => {
+                self.delivered(&item);
+                item
+            }
             Out::Doc {
                 ns,
                 raw,

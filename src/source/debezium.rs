@@ -54,13 +54,13 @@ impl<T> Held<T> {
 
     /// Namespace `ns` has nothing more: its held batch fills its slot in `seq`, its last item
     /// given to `last` first (which marks it as the snapshot's last when no other namespace is
-    /// left); then `end` fills `slot`.
+    /// left); `slot` (the request that found the end) is freed, empty: the namespace's end
+    /// marker follows when its count check allows (`copying/check.rs`).
     pub(super) fn exhausted(
         &mut self,
         seq: &mut Sequencer<T>,
         (ns, slot): (usize, Slot),
         last: impl FnOnce(&mut T),
-        end: T,
     ) {
         if let Some((before, mut items)) = self.batches[ns].take() {
             if let Some(item) = items.last_mut() {
@@ -68,7 +68,7 @@ impl<T> Held<T> {
             }
             seq.fill(before, items);
         }
-        seq.fill(slot, vec![end]);
+        seq.fill(slot, Vec::new());
     }
 }
 
@@ -108,9 +108,9 @@ mod tests {
         // AND the second arrives: the first leaves, the second is held
         held.batch(&mut seq, 0, second, vec![(3, false)]);
         assert_eq!(drain(&mut seq), [(1, false), (2, false)]);
-        // THEN the end releases the second with its last document marked, then the end item
-        held.exhausted(&mut seq, (0, end), |item| item.1 = true, (0, false));
-        assert_eq!(drain(&mut seq), [(3, true), (0, false)]);
+        // THEN the end releases the second with its last document marked
+        held.exhausted(&mut seq, (0, end), |item| item.1 = true);
+        assert_eq!(drain(&mut seq), [(3, true)]);
     }
 
     #[test]
@@ -120,7 +120,8 @@ mod tests {
         let (first, end) = (seq.open(), seq.open());
         held.batch(&mut seq, 0, first, vec![(1, false)]);
         assert_eq!(drain(&mut seq), [(1, false)]);
-        held.exhausted(&mut seq, (0, end), |item| item.1 = true, (0, false));
+        held.exhausted(&mut seq, (0, end), |item| item.1 = true);
+        seq.push((0, false));
         assert_eq!(drain(&mut seq), [(0, false)], "no held batch to mark");
     }
 }

@@ -91,7 +91,8 @@ async fn run(
                 return Ok(None);
             }
         }
-        if copy.pending.is_empty() && copy.copies.is_empty() && copy.seq.is_empty() {
+        let waiting = copy.checks_waiting();
+        if copy.pending.is_empty() && copy.copies.is_empty() && copy.seq.is_empty() && !waiting {
             break;
         }
         copy.issue().await;
@@ -99,6 +100,7 @@ async fn run(
             let owned = reader
                 .take()
                 .expect("invariant: the reader is back when no read runs");
+            copy.stream_reads += 1;
             stream = Some(owned.next_owned().boxed());
         }
         let woke = tokio::select! {
@@ -114,6 +116,7 @@ async fn run(
                 stream = None;
                 reader = Some(back);
                 if let Some(item) = next? {
+                    copy.streamed(&item)?;
                     let renamed = copy.renamed_into_scope(&item);
                     copy.seq.push(Out::Stream(item));
                     if let Some(ns) = renamed {

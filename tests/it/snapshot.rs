@@ -4,7 +4,10 @@
 //! collection with its filter, and a collection renamed into the scope during the copy.
 //!
 //! The snapshot under faults (kills during the copy, a copy longer than the oplog window, a
-//! re-sync after a history loss) is in the fault binary (`tests/faults/snapshot.rs`).
+//! re-sync after a history loss) is in the fault binary (`tests/faults/snapshot.rs`). The
+//! checks that a copy never finishes short are in `snapshot/checks.rs`.
+
+mod checks;
 
 use std::time::Duration;
 

@@ -94,6 +94,9 @@ pub const SNAPSHOT_DOCUMENTS: &str = "mongo_kafka_bridge_snapshot_documents_tota
 pub const SNAPSHOT_REMAINING: &str = "mongo_kafka_bridge_snapshot_remaining_documents";
 /// 1 while a namespace is being copied, by `pipeline` and `namespace`.
 pub const SNAPSHOT_RUNNING: &str = "mongo_kafka_bridge_snapshot_running";
+/// Copies whose count disagreed with `countDocuments` beyond the changes seen meanwhile, by
+/// `pipeline` and `namespace` (failed, or warned with `snapshot_count_check = "warn"`).
+pub const SNAPSHOT_COUNT_MISMATCH: &str = "mongo_kafka_bridge_snapshot_count_mismatch_total";
 /// Constant 1 with `version` and `git_sha`.
 pub const BUILD_INFO: &str = "mongo_kafka_bridge_build_info";
 
@@ -115,7 +118,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 39] = [
+pub const ALL: [&str; 40] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -150,6 +153,7 @@ pub const ALL: [&str; 39] = [
     SNAPSHOT_DOCUMENTS,
     SNAPSHOT_REMAINING,
     SNAPSHOT_RUNNING,
+    SNAPSHOT_COUNT_MISMATCH,
     BUILD_INFO,
     TRANSACTIONS,
     TRANSACTION_DURATION,

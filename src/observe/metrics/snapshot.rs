@@ -1,12 +1,14 @@
 //! The snapshot's series, per pipeline and namespace: documents copied, an estimate of those
-//! remaining, and whether the copy runs.
+//! remaining, whether the copy runs, and copies whose count disagreed with the collection's.
 //!
 //! Invariant: the namespace label is bounded by the collections a pipeline's scope holds.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::families::counter;
-use super::names::{SNAPSHOT_DOCUMENTS, SNAPSHOT_REMAINING, SNAPSHOT_RUNNING};
+use super::names::{
+    SNAPSHOT_COUNT_MISMATCH, SNAPSHOT_DOCUMENTS, SNAPSHOT_REMAINING, SNAPSHOT_RUNNING,
+};
 
 /// The snapshot families of a registry.
 #[derive(Clone)]
@@ -14,6 +16,7 @@ pub(super) struct Families {
     documents: IntCounterVec,
     remaining: IntGaugeVec,
     running: IntGaugeVec,
+    count_mismatch: IntCounterVec,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
@@ -44,6 +47,13 @@ impl Families {
                 SNAPSHOT_RUNNING,
                 "1 while the namespace is being copied.",
             ),
+            count_mismatch: counter(
+                r,
+                SNAPSHOT_COUNT_MISMATCH,
+                "Copies that read another number of documents than countDocuments found at \
+                 their end, beyond the changes the stream saw meanwhile.",
+                &["pipeline", "namespace"],
+            ),
         }
     }
 
@@ -53,6 +63,7 @@ impl Families {
             documents: self.documents.with_label_values(&labels),
             remaining: self.remaining.with_label_values(&labels),
             running: self.running.with_label_values(&labels),
+            count_mismatch: self.count_mismatch.with_label_values(&labels),
         }
     }
 }
@@ -66,4 +77,6 @@ pub struct SnapshotMetrics {
     pub remaining: IntGauge,
     /// 1 while copying.
     pub running: IntGauge,
+    /// Copies whose count disagreed (failed or warned).
+    pub count_mismatch: IntCounter,
 }
