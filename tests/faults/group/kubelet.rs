@@ -1,4 +1,4 @@
-//! A simulated kubelet (long form only): 3 members of one group (`[bridge] group_id`) run 6
+//! A simulated kubelet (long form only): 2 members (as the deployment's replicas) of one group (`[bridge] group_id`) run 6
 //! pipelines under continuous writes, on Apache Kafka beside SecantusDB (see group.rs for why
 //! not noida-db).
 //!
@@ -32,7 +32,14 @@ use crate::group::{Member, World, settled};
 use crate::say;
 use crate::suite::{Ctx, Row, since_start};
 
-const MEMBERS: usize = 3;
+/// Members: 2, as the deployment's `replicas: 2` (`deploy/kubernetes/deployment.yaml`);
+/// `MKB_FAULTS_KUBELET_MEMBERS=<n>` for another count.
+fn members() -> usize {
+    std::env::var("MKB_FAULTS_KUBELET_MEMBERS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2)
+}
 const PIPELINES: usize = 6;
 /// The livenessProbe: `periodSeconds: 10`, `failureThreshold: 3`.
 const PROBE_PERIOD: Duration = Duration::from_secs(10);
@@ -54,7 +61,8 @@ pub async fn kubelet(ctx: &Ctx) -> Vec<Row> {
     let config = world.write("kubelet.toml");
     let (cfg, client, colls, consumers) = world.parts();
     let mut row = Row::new(&format!(
-        "kubelet: probes + chaos kill -9, {MEMBERS} members, {PIPELINES} pipelines"
+        "kubelet: probes + chaos kill -9, {} members, {PIPELINES} pipelines",
+        members()
     ));
     let epochs = EpochWatch::start(client, &cfg.offsets_db());
     let mut kubelet = Kubelet::start(ctx.dir.clone(), config);
@@ -134,7 +142,7 @@ impl Kubelet {
             dir,
             config,
             members: Vec::new(),
-            failures: vec![0; MEMBERS],
+            failures: vec![0; members()],
             logs: 0,
             probes: 0,
             failed_probes: Vec::new(),
@@ -142,7 +150,7 @@ impl Kubelet {
             kills: 0,
             exits: Vec::new(),
         };
-        for _ in 0..MEMBERS {
+        for _ in 0..members() {
             let m = k.spawn();
             k.members.push(m);
         }
@@ -180,7 +188,7 @@ impl Kubelet {
                 next_probe += PROBE_PERIOD;
             }
             if Instant::now() >= next_chaos {
-                let victim = rng.random_range(0..MEMBERS);
+                let victim = rng.random_range(0..members());
                 let pid = self.members[victim].proc.pid();
                 self.members[victim].proc.kill9();
                 self.kills += 1;
