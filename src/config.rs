@@ -210,7 +210,19 @@ pub struct BridgeConfig {
     pub on_pipeline_failure: OnPipelineFailure,
 }
 
+/// The share of `shutdown_timeout_ms` kept from a stopping pipeline's drain for its final
+/// commit and lease release (at most a quarter of the bound): a stop ends within
+/// `shutdown_timeout_ms` whatever is down.
+pub(crate) const STOP_RESERVE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl BridgeConfig {
+    /// How long a stopping pipeline's relay drains: `shutdown_timeout_ms` less
+    /// [`STOP_RESERVE`] (at most a quarter of it).
+    pub(crate) fn drain_bound(&self) -> std::time::Duration {
+        let bound = std::time::Duration::from_millis(self.shutdown_timeout_ms);
+        bound - STOP_RESERVE.min(bound / 4)
+    }
+
     /// The runtime's thread count for `pipelines` pipelines on `cpus` CPUs
     /// (`worker_threads`, or its automatic value when 0); at least 1.
     pub fn runtime_threads(&self, pipelines: usize, cpus: usize) -> usize {

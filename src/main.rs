@@ -203,8 +203,29 @@ fn main() -> ExitCode {
     };
     let secrets = config.secrets();
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let result = match cli.command {
-        Command::Run { .. } => runtime.block_on(run(config, &path, live_status)),
+    match cli.command {
+        Command::Run { .. } => {
+            let result = runtime.block_on(run(config, &path, live_status));
+            // Every pipeline stopped within its bound; a blocking call still waiting on a
+            // server that is gone (the driver's server selection) must not hold the exit.
+            runtime.shutdown_timeout(Duration::from_millis(200));
+            let code = match &result {
+                Ok(()) => 0,
+                Err(e) => {
+                    let text = format!("--config {}", path.display());
+                    eprintln!(
+                        "error: {}",
+                        report(e, &secrets).replace("--config FILE", &text)
+                    );
+                    if matches!(e, BridgeError::Config { .. }) {
+                        2
+                    } else {
+                        1
+                    }
+                }
+            };
+            ExitCode::from(code)
+        }
         Command::Check {
             min_oplog_window_hours,
             ..
@@ -212,29 +233,16 @@ fn main() -> ExitCode {
             let options = check::CheckOptions {
                 min_oplog_window: Duration::from_secs_f64(min_oplog_window_hours.max(0.0) * 3600.0),
             };
-            return runtime.block_on(run_check(&config, &options, &secrets));
+            runtime.block_on(run_check(&config, &options, &secrets))
         }
         Command::Snapshot {
             name, namespace, ..
-        } => {
-            return runtime.block_on(run_snapshot(config, name, namespace.as_deref(), &secrets));
-        }
+        } => runtime.block_on(run_snapshot(config, name, namespace.as_deref(), &secrets)),
         Command::Offsets { command, .. } => {
             let Some(command) = offsets_command(command) else {
                 return ExitCode::from(2);
             };
-            return runtime.block_on(run_offsets(config, command, &secrets));
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let text = format!("--config {}", path.display());
-            eprintln!(
-                "error: {}",
-                report(&e, &secrets).replace("--config FILE", &text)
-            );
-            exit_code(&e)
+            runtime.block_on(run_offsets(config, command, &secrets))
         }
     }
 }

@@ -1368,3 +1368,15 @@ fn secret_uri_options_are_redacted_and_listed_as_secrets() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_stop_keeps_a_share_of_the_shutdown_bound_for_the_final_commit() {
+    let mut config = parse(&valid_with("")).expect("valid").bridge;
+    config.shutdown_timeout_ms = 1000;
+    assert_eq!(config.drain_bound(), std::time::Duration::from_millis(750));
+    config.shutdown_timeout_ms = 30_000;
+    assert_eq!(
+        config.drain_bound(),
+        std::time::Duration::from_millis(28_000)
+    );
+}

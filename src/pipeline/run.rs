@@ -213,7 +213,7 @@ async fn relay(
         max_events: bounds.events,
         max_bytes: bounds.bytes,
         queue_bytes: bounds.queue_bytes,
-        drain_timeout: Duration::from_millis(ctx.config.bridge.shutdown_timeout_ms),
+        drain_timeout: ctx.config.bridge.drain_bound(),
     };
     let encoder = RecordEncoder::new(p, &ctx.config.kafka.topic_prefix);
     let mut relay = Relay::new(

@@ -7,7 +7,9 @@
 //! - At most one task per pipeline name: [`Roster::start`] first stops a run of the same name
 //!   that is still draining.
 //! - [`Roster::stop`] cancels every named run at once and waits for all of them within one
-//!   bound (`shutdown_timeout_ms` plus a grace): they drain concurrently.
+//!   bound (`shutdown_timeout_ms`, whatever is down: a run's relay drains for
+//!   `BridgeConfig::drain_bound`, leaving the rest for its final commit): they drain
+//!   concurrently.
 //! - A task that panicked joins as [`BridgeError::TaskPanicked`] naming its pipeline, never as
 //!   a clean stop.
 //! - An end is "by itself" only while the run was still listed: a run stopped by the roster
@@ -25,8 +27,10 @@ use tracing::warn;
 use crate::error::BridgeError;
 use crate::pipeline::{self, Ended, PipelineContext};
 
-/// How much longer than `shutdown_timeout_ms` a stop waits for its pipelines.
-pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
+/// The share of `shutdown_timeout_ms` kept from a run's drain for its final commit and lease
+/// release ([`BridgeConfig::drain_bound`](crate::config::BridgeConfig::drain_bound)); also
+/// the margin of a group revocation's bound.
+pub(crate) const STOP_GRACE: Duration = crate::config::STOP_RESERVE;
 
 /// A run's outcome with its name.
 type Outcome = (String, Result<Ended, BridgeError>);
@@ -59,14 +63,14 @@ pub(crate) struct Roster {
 
 impl Roster {
     /// An empty roster whose runs are children of `cancel`; a stop waits up to
-    /// `shutdown_timeout_ms` + [`STOP_GRACE`].
+    /// `shutdown_timeout_ms`, then aborts what still runs (its epoch fences it).
     pub(crate) fn new(cancel: CancellationToken, shutdown_timeout_ms: u64) -> Self {
         Self {
             running: HashMap::new(),
             tasks: JoinSet::new(),
             task_names: HashMap::new(),
             cancel,
-            stop_bound: Duration::from_millis(shutdown_timeout_ms) + STOP_GRACE,
+            stop_bound: Duration::from_millis(shutdown_timeout_ms),
         }
     }
 
@@ -257,8 +261,9 @@ mod tests {
         // WHEN every run is stopped
         let started = tokio::time::Instant::now();
         roster.stop_all().await;
-        // THEN stop_all returns once the bound (1000 ms + the grace) passed, the task aborted
-        assert_eq!(started.elapsed(), Duration::from_millis(1000) + STOP_GRACE);
+        // THEN stop_all returns once the bound (1000 ms) passed, the task aborted
+        assert_eq!(started.elapsed(), Duration::from_millis(1000));
+
         assert!(roster.is_empty());
     }
 }
