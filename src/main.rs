@@ -209,22 +209,7 @@ fn main() -> ExitCode {
             // Every pipeline stopped within its bound; a blocking call still waiting on a
             // server that is gone (the driver's server selection) must not hold the exit.
             runtime.shutdown_timeout(Duration::from_millis(200));
-            let code = match &result {
-                Ok(()) => 0,
-                Err(e) => {
-                    let text = format!("--config {}", path.display());
-                    eprintln!(
-                        "error: {}",
-                        report(e, &secrets).replace("--config FILE", &text)
-                    );
-                    if matches!(e, BridgeError::Config { .. }) {
-                        2
-                    } else {
-                        1
-                    }
-                }
-            };
-            ExitCode::from(code)
+            result.map_or_else(|e| failed_at(&path, &e, &secrets), |()| ExitCode::SUCCESS)
         }
         Command::Check {
             min_oplog_window_hours,
@@ -261,6 +246,16 @@ fn failed(config: &Config, e: &BridgeError, secrets: &[&str]) -> ExitCode {
     exit_code(e)
 }
 
+/// [`failed`] for a run whose configuration was moved: remedies name `path`.
+fn failed_at(path: &std::path::Path, e: &BridgeError, secrets: &[&str]) -> ExitCode {
+    let text = format!("--config {}", path.display());
+    eprintln!(
+        "error: {}",
+        report(e, secrets).replace("--config FILE", &text)
+    );
+    exit_code(e)
+}
+
 async fn run(
     config: Config,
     path: &std::path::Path,
@@ -275,34 +270,13 @@ async fn run(
                 stop_status.clone(),
             );
         }
-        reload_on_sighup(bridge.reloader(), path.to_owned(), stop_status.clone());
+        bridge
+            .reloader()
+            .on_sighup(path.to_owned(), stop_status.clone());
     })
     .await;
     stop_status.cancel();
     result
-}
-
-/// Applies the configuration file's `[[pipelines]]` changes on every SIGHUP until `stop`.
-fn reload_on_sighup(
-    reloader: std::sync::Arc<mongo_kafka_bridge::supervisor::reload::Reloader>,
-    path: std::path::PathBuf,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                got = hup.recv() => if got.is_none() { return },
-            }
-            tracing::info!(config = %path.display(), "SIGHUP: reloading the configuration");
-            // The outcome is logged by the reloader.
-            let _ = reloader.reload(&path);
-        }
-    });
 }
 
 async fn run_check(config: &Config, options: &check::CheckOptions, secrets: &[&str]) -> ExitCode {

@@ -305,26 +305,9 @@ impl Supervisor {
     /// Records the configured pipelines whose slots have no partition of the control topic:
     /// no member can be assigned them (not ready, counted).
     fn report_uncovered(&mut self, prepared: &setup::Prepared) {
-        let uncovered: Vec<(i32, String)> = prepared
-            .uncovered()
-            .into_iter()
-            .filter(|(_, name)| self.templates.contains_key(name))
-            .collect();
-        for name in self.templates.keys() {
-            self.health.group_problem(&format!("pipeline {name}"), None);
-        }
-        let why = prepared.refused.as_deref().unwrap_or("not extended");
-        for (slot, name) in &uncovered {
-            let text = format!(
-                "has slot {slot}, but the control topic has {} partitions ({why}): no member \
-                 can run it. Remedy: create the control topic again with spare partitions (a \
-                 broker without CreatePartitions), or grant Alter on it",
-                prepared.partitions
-            );
-            self.health
-                .group_problem(&format!("pipeline {name}"), Some(text));
-        }
-        self.metrics.unassignable.set(uncovered.len() as i64);
+        let configured: Vec<&String> = self.templates.keys().collect();
+        let uncovered = prepared.report_uncovered(&configured, &self.health);
+        self.metrics.unassignable.set(uncovered as i64);
     }
 
     /// Stops the pipelines of `slots`; their health goes back to "elsewhere".

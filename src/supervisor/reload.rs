@@ -135,6 +135,29 @@ impl Reloader {
         result
     }
 
+    /// Applies the file at `path` on every SIGHUP until `stop` (each outcome is logged by
+    /// [`Reloader::reload`]).
+    pub fn on_sighup(
+        self: Arc<Self>,
+        path: std::path::PathBuf,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    got = hup.recv() => if got.is_none() { return },
+                }
+                info!(config = %path.display(), "SIGHUP: reloading the configuration");
+                let _ = self.reload(&path);
+            }
+        });
+    }
+
     fn try_reload(&self, path: &std::path::Path) -> Result<Plan, BridgeError> {
         let new = Arc::new(Config::load(path)?);
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());

@@ -20,14 +20,7 @@ pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -
     })
     .await;
     let deployment = match &client {
-        Ok(client) => tokio::time::timeout(
-            CHECK_TIMEOUT,
-            crate::offsets::deployment::stored(client, &m.offsets()),
-        )
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .flatten(),
+        Ok(client) => stored_identity(client, config).await,
         Err(_) => None,
     };
     let Some(deployment) = deployment else {
@@ -114,4 +107,15 @@ pub(super) async fn check(config: &Config, group: &str, cluster: &ClusterInfo) -
         ),
     });
     lines
+}
+
+/// The deployment's identity, if a member stored it (read within [`CHECK_TIMEOUT`]).
+async fn stored_identity(client: &mongodb::Client, config: &Config) -> Option<String> {
+    let offsets = config.mongodb.offsets();
+    let read = crate::offsets::deployment::stored(client, &offsets);
+    tokio::time::timeout(CHECK_TIMEOUT, read)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
 }

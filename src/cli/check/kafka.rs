@@ -4,6 +4,7 @@
 
 use rdkafka::admin::ResourceSpecifier;
 
+use super::topics::AutoCreate;
 use super::{CHECK_TIMEOUT, CheckLine, Largest, line, warning};
 use crate::config::Config;
 use crate::error::BridgeError;
@@ -15,14 +16,6 @@ use crate::kafka::sink::KafkaSink;
 const RECORD_OVERHEAD: u64 = 1024;
 /// librdkafka's default `message.max.bytes`.
 const PRODUCER_DEFAULT_MAX: u64 = 1_000_000;
-
-/// What the broker says about topic creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AutoCreate {
-    On,
-    Off,
-    Unknown,
-}
 
 pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine> {
     let mut lines = vec![producer_line()];

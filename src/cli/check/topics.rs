@@ -6,11 +6,18 @@
 
 use rdkafka::admin::ResourceSpecifier;
 
-use super::kafka::AutoCreate;
 use super::{CheckLine, Largest, line, warning};
 use crate::config::{Config, PipelineConfig};
 use crate::encode::topics;
 use crate::kafka::admin::{ClusterInfo, KafkaAdmin};
+
+/// What the broker says about topic creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AutoCreate {
+    On,
+    Off,
+    Unknown,
+}
 
 /// The pipeline's target topic: its partitions and `cleanup.policy` when it exists, else who
 /// would create it (the bridge, the broker's auto-creation, nobody).

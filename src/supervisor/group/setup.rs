@@ -143,6 +143,30 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
+    /// Marks each of the `configured` pipelines whose slot has no partition as a problem in
+    /// `health` (and clears the others); how many there are.
+    pub(super) fn report_uncovered(&self, configured: &[&String], health: &Health) -> usize {
+        for name in configured {
+            health.group_problem(&format!("pipeline {name}"), None);
+        }
+        let why = self.refused.as_deref().unwrap_or("not extended");
+        let uncovered: Vec<(i32, String)> = self
+            .uncovered()
+            .into_iter()
+            .filter(|(_, name)| configured.contains(&name))
+            .collect();
+        for (slot, name) in &uncovered {
+            let text = format!(
+                "has slot {slot}, but the control topic has {} partitions ({why}): no member \
+                 can run it. Remedy: create the control topic again with spare partitions (a \
+                 broker without CreatePartitions), or grant Alter on it",
+                self.partitions
+            );
+            health.group_problem(&format!("pipeline {name}"), Some(text));
+        }
+        uncovered.len()
+    }
+
     /// The slots (and pipelines) that have no partition: no member can be assigned them.
     pub(super) fn uncovered(&self) -> Vec<(i32, String)> {
         self.slots
