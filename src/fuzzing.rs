@@ -19,7 +19,7 @@ impl Reassembler {
     ///
     /// # Errors
     ///
-    /// Fragments out of sequence.
+    /// Fragments out of sequence, or a `splitEvent` marker that cannot be read.
     pub fn push(&mut self, raw: RawDocumentBuf) -> Result<Option<RawDocumentBuf>, SplitError> {
         self.0.push(raw)
     }
