@@ -14,7 +14,8 @@
 //!   [`observe`] (health, metrics, logs), `mongo` (the client), [`config`], [`error`],
 //!   [`extjson`] (the Extended JSON transcoder).
 //!
-//! Public: what the binary, the integration tests and the benchmarks use.
+//! Public: what the binary, the integration tests and the benchmarks use; under `--cfg fuzzing`
+//! (`cargo fuzz`) also `fuzzing`, the fuzz targets' entry points.
 
 mod checkpoint;
 pub mod cli;
@@ -23,6 +24,9 @@ pub mod encode;
 pub mod error;
 mod event;
 pub mod extjson;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
 mod kafka;
 mod mongo;
 pub mod observe;

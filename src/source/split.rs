@@ -9,6 +9,9 @@
 //! - A reassembled event is handed on only when its last fragment arrived; its `_id` is the
 //!   **last** fragment's token, so the committed position never falls between fragments (C11).
 //! - Fragments out of sequence (a missing or repeated fragment) are an error, never a partial event.
+//! - An event whose `splitEvent` marker cannot be read (not a document, `fragment` or `of`
+//!   missing or not an integer) is an error too: it may be a fragment, so passing it on whole
+//!   could publish part of an event and commit a position between fragments.
 //! - The reassembled event has each top-level field once, `_id` first, no `splitEvent`.
 
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf};
@@ -25,14 +28,21 @@ pub(crate) struct Reassembler {
     of: i64,
 }
 
-fn split_info(raw: &RawDocument) -> Option<(i64, i64)> {
-    let info = raw.get_document("splitEvent").ok()?;
-    let number = |key: &str| match info.get(key).ok().flatten()? {
-        RawBsonRef::Int32(n) => Some(i64::from(n)),
-        RawBsonRef::Int64(n) => Some(n),
-        _ => None,
+/// The `(fragment, of)` of a fragment; `Ok(None)` for an event without `splitEvent`.
+///
+/// Errors: `Err(())` when `splitEvent` is there but not `{fragment, of}` integers.
+fn split_info(raw: &RawDocument) -> Result<Option<(i64, i64)>, ()> {
+    let info = match raw.get("splitEvent") {
+        Ok(None) => return Ok(None),
+        Ok(Some(RawBsonRef::Document(info))) => info,
+        Ok(Some(_)) | Err(_) => return Err(()),
     };
-    Some((number("fragment")?, number("of")?))
+    let number = |key: &str| match info.get(key) {
+        Ok(Some(RawBsonRef::Int32(n))) => Ok(i64::from(n)),
+        Ok(Some(RawBsonRef::Int64(n))) => Ok(n),
+        _ => Err(()),
+    };
+    Ok(Some((number("fragment")?, number("of")?)))
 }
 
 impl Reassembler {
@@ -47,9 +57,10 @@ impl Reassembler {
         raw: RawDocumentBuf,
     ) -> Result<Option<RawDocumentBuf>, SplitError> {
         let expected = self.parts.len() as i64 + 1;
-        let Some((fragment, of)) = split_info(&raw) else {
+        let info = split_info(&raw).map_err(|()| SplitError::Marker { expected })?;
+        let Some((fragment, of)) = info else {
             if self.is_pending() {
-                return Err(SplitError {
+                return Err(SplitError::OutOfSequence {
                     expected,
                     got: 0,
                     of: self.of,
@@ -58,7 +69,7 @@ impl Reassembler {
             return Ok(Some(raw));
         };
         if fragment != expected || (self.is_pending() && of != self.of) || of < 1 {
-            return Err(SplitError {
+            return Err(SplitError::OutOfSequence {
                 expected,
                 got: fragment,
                 of,
@@ -145,7 +156,7 @@ mod tests {
         let mut r = Reassembler::default();
         assert_eq!(
             r.push(fragment(2, 3, "x")),
-            Err(SplitError {
+            Err(SplitError::OutOfSequence {
                 expected: 1,
                 got: 2,
                 of: 3
@@ -156,11 +167,56 @@ mod tests {
         let plain = rawdoc! { "_id": { "_data": "A" } };
         assert_eq!(
             r.push(plain),
-            Err(SplitError {
+            Err(SplitError::OutOfSequence {
                 expected: 2,
                 got: 0,
                 of: 2
             })
+        );
+    }
+
+    #[test]
+    fn an_unreadable_marker_is_an_error_never_a_whole_event() {
+        let markers = [
+            rawdoc! { "fra)ment": 1, "of": 1 },
+            rawdoc! { "fragment": 1.0, "of": 1 },
+            rawdoc! { "fragment": 1 },
+        ];
+        for marker in markers {
+            let mut r = Reassembler::default();
+            let raw = rawdoc! { "_id": { "_data": "A" }, "splitEvent": marker.clone() };
+            assert_eq!(
+                r.push(raw),
+                Err(SplitError::Marker { expected: 1 }),
+                "{marker:?}"
+            );
+        }
+        let mut r = Reassembler::default();
+        let raw = rawdoc! { "_id": { "_data": "A" }, "splitEvent": "1 of 2" };
+        assert_eq!(r.push(raw), Err(SplitError::Marker { expected: 1 }));
+    }
+
+    /// The `split` fuzz target's crash (tests/fuzz/README.md): BSON documents one after the
+    /// other, the second a fragment whose marker has no readable `fragment`.
+    #[test]
+    fn the_fuzzers_unreadable_marker_is_an_error() {
+        let input = include_bytes!("../../tests/fuzz/split_marker_unreadable.bin");
+        let mut rest = &input[..];
+        let mut results = Vec::new();
+        let mut r = Reassembler::default();
+        while rest.len() >= 5 {
+            let len = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            let (one, tail) = rest.split_at(len);
+            rest = tail;
+            let raw = RawDocument::from_bytes(one).expect("a BSON document");
+            results.push(
+                r.push(raw.to_raw_document_buf())
+                    .map(|whole| whole.is_some()),
+            );
+        }
+        assert_eq!(
+            results,
+            [Ok(true), Err(SplitError::Marker { expected: 1 }), Ok(true)]
         );
     }
 }
