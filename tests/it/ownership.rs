@@ -154,14 +154,17 @@ async fn of_two_standbys_exactly_one_takes_a_lapsed_pipeline() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fatal_exit_releases_every_lease_it_holds() {
-    // GIVEN two pipelines, one of which meets a record too large for Kafka (on_oversize = fail)
+    // GIVEN two pipelines, one of which meets a record too large for Kafka (on_oversize = fail),
+    // in a process that exits on a pipeline's failure
     let db = unique("rel");
     create_topic(&format!("{db}.good"), 1).await;
     create_topic(&format!("{db}.bad"), 1).await;
-    let mut text = config_toml("good", &db, Some("good"), "").replace(
-        "[kafka.properties]\n",
-        "[kafka.properties]\n\"message.max.bytes\" = 10000\n",
-    );
+    let mut text = config_toml("good", &db, Some("good"), "")
+        .replace(
+            "[kafka.properties]\n",
+            "[kafka.properties]\n\"message.max.bytes\" = 10000\n",
+        )
+        .replace("[bridge]\n", "[bridge]\non_pipeline_failure = \"exit\"\n");
     text.push_str(&format!(
         "\n[[pipelines]]\nname = \"bad\"\ndatabase = \"{db}\"\ncollection = \"bad\"\n"
     ));

@@ -195,20 +195,25 @@ impl Kills {
         owners
     }
 
-    /// A graceful leave: SIGTERM to member 0, whose pipelines' failover is timed from the
-    /// signal to their next delivery elsewhere; it starts again, and the pipelines settle.
+    /// A graceful leave: SIGTERM to the member that runs the most pipelines, whose failover is
+    /// timed from the signal to their next delivery elsewhere; it starts again, and the
+    /// pipelines settle.
     async fn leave(
         &mut self,
         crew: &mut Crew<'_>,
         owners: &[usize],
         row: &mut Row,
     ) -> Option<Vec<usize>> {
+        let count = |m: usize| owners.iter().filter(|o| **o == m).count();
+        let leaver = (0..crew.members.len())
+            .max_by_key(|m| count(*m))
+            .unwrap_or(0);
         let moved: Vec<usize> = (0..crew.world.cfg.pipelines)
-            .filter(|p| owners[*p] == 0)
+            .filter(|p| owners[*p] == leaver)
             .collect();
-        crate::common::bridge::signal(crew.members[0].proc.pid(), "TERM");
+        crew.members[leaver].proc.sigterm();
         let left = Instant::now();
-        let pending = self.moved_over(crew, 0, &moved, left, true).await;
+        let pending = self.moved_over(crew, leaver, &moved, left, true).await;
         let (lo, mid, hi) = median(self.leaves.clone());
         say!(
             "group: failover after a graceful leave (SIGTERM) over {} pipelines: min {lo:.1} s, median {mid:.1} s, max {hi:.1} s",
@@ -220,9 +225,11 @@ impl Kills {
                 pending.keys()
             )
         });
-        let status = crew.members[0].proc.stop(Duration::from_secs(30));
-        row.check(status.success(), || format!("graceful leave: {status}"));
-        crew.members[0] = crew.member();
+        let status = crew.members[leaver].proc.wait_exit(Duration::from_secs(30));
+        row.check(status.is_some_and(|s| s.success()), || {
+            format!("graceful leave: {status:?}")
+        });
+        crew.members[leaver] = crew.member();
         crew.settled().await
     }
 
