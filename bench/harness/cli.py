@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import catchup, eos, group, live, peers, snapshot
+from . import callgrind, catchup, eos, group, live, peers, snapshot
 from .figures import mmm
 from .process import HarnessError, LoadSampler, log
 from .report import report
@@ -100,6 +100,12 @@ def options():
     add("--eos-live-duration", type=float, default=10.0, help="seconds of writing per live step")
     add("--eos-live-alo", action=argparse.BooleanOptionalAction, default=True,
         help="an at-least-once live step at the same rate, for comparison")
+    add("--callgrind", action="store_true",
+        help="only the instruction block: the bridge and limit-inline under valgrind's "
+             "callgrind, instructions per event as the difference of two backlogs "
+             "(bench/harness/callgrind.py; ~5 min per size and run)")
+    add("--callgrind-sizes", default="1KB,20KB")
+    add("--callgrind-systems", default=",".join(callgrind.SYSTEMS))
     add("--partitions", type=int, default=1)
     add("--compression", default="none")
     add("--oplog-max-entries", type=int, default=8_000_000,
@@ -140,6 +146,9 @@ def presets(args):
     if args.eos_only:
         args.sizes, args.no_live, args.outage, args.copy, args.group = "", True, False, False, False
         args.eos = True
+    if args.callgrind:
+        args.sizes, args.no_live, args.outage, args.copy, args.group = "", True, False, False, False
+        args.eos = False
 
 
 def validate(ap, args):
@@ -154,6 +163,10 @@ def validate(ap, args):
     args.rates, args.baseline_rates, args.ramp = ([int(x) for x in csv(v)]
                                                   for v in (args.rates, args.baseline_rates, args.ramp))
     args.eos_intervals = [int(x) for x in csv(args.eos_intervals)]
+    args.callgrind_sizes, args.callgrind_systems = csv(args.callgrind_sizes), csv(args.callgrind_systems)
+    for v in args.callgrind_sizes:
+        if v not in callgrind.BACKLOGS:
+            ap.error(f"--callgrind-sizes: one of {', '.join(callgrind.BACKLOGS)}")
     for v in args.group_variants:
         try:
             group.group_variant(v)
@@ -196,6 +209,9 @@ def run_blocks(h, args):
         if args.eos:
             eos.run(h, run)
             save()
+    if args.callgrind:
+        callgrind.run(h)
+        save()
 
 
 def commit():

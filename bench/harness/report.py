@@ -3,7 +3,7 @@ the catch-up and live tables, the peers beside the bridge with the ratios bridge
 other blocks' tables (report_blocks.py), and the targets table."""
 
 from .figures import NAN, fmt_mmm, mmm, run_ratios
-from .report_blocks import copy_report, eos_report, group_report
+from .report_blocks import callgrind_report, copy_report, eos_report, group_report
 from .systems import BRIDGES, CATCHUP_SYSTEMS, OPTIONAL_SYSTEMS, PEERS, SIZES
 
 
@@ -142,6 +142,7 @@ def report(results, meta, with_targets=True):
     copy_report(results, out)
     group_report(results, meta, out, targets)
     eos_report(results, meta, out, targets)
+    callgrind_report(results, out, targets)
     if targets and not with_targets:
         out("(smoke run: the targets table is left out; figures of a seconds-long run on a busy "
             "machine are informational only)")

@@ -262,3 +262,42 @@ def eos_report(results, meta, out, targets):
             f"{len(busy)} of {len(cu) + len(lv)} measurements (per measurement in results.json, "
             f"`other_load_cores`)")
         out("")
+
+
+def callgrind_report(results, out, targets, baseline=None):
+    """The instruction block: instructions per event by system and size (median and spread over
+    the runs), bridge ÷ limit-inline within each run, and the bridge's top inclusive costs."""
+    rows = results.get("callgrind", [])
+    if not rows:
+        return
+    out("### Instructions per event (callgrind, whole process, large − small backlog)")
+    out("")
+    out("| size | system | instructions/event | spread | × limit-inline (same format) |")
+    out("|---|---|---|---|---|")
+    by = {(r["system"], r["size"], r["run"]): r for r in rows}
+    runs = sorted({r["run"] for r in rows})
+    for size in [s for s in SIZES if any(r["size"] == s for r in rows)]:
+        for system in ("limit-inline", "bridge", "limit-inline-bson", "bridge-bson"):
+            vals = [by[(system, size, k)]["ir_per_event"] for k in runs if (system, size, k) in by]
+            if not vals:
+                continue
+            lo, med, hi = mmm(vals)
+            ref = "limit-inline-bson" if system.endswith("-bson") else "limit-inline"
+            ratios = [by[(system, size, k)]["ir_per_event"] / by[(ref, size, k)]["ir_per_event"]
+                      for k in runs if (system, size, k) in by and (ref, size, k) in by]
+            ratio = fmt_mmm(ratios, 3) if system.startswith("bridge") and ratios else ""
+            out(f"| {size} | {system} | {med:,.0f} | {100 * (hi - lo) / med:.1f} % | {ratio} |")
+            if system.startswith("bridge") and ratios:
+                r = mmm(ratios)[1]
+                targets.append((f"instructions per {size} event: {system} ≤ 1.15 × {ref}",
+                                f"{r:.3f} ×", r <= 1.15))
+    out("")
+    for size, top in results.get("callgrind_profile", {}).items():
+        out(f"Top inclusive costs of the bridge at {size} (share of the whole process's "
+            "instructions, large backlog, run 1):")
+        out("")
+        out("| share | instructions | function |")
+        out("|---|---|---|")
+        for share, ir, name in top:
+            out(f"| {share:.1f} % | {ir:,} | `{name[:110]}` |")
+        out("")

@@ -61,7 +61,10 @@ class Harness:
         self.bench_bin = args.bench_bin
         self.bridge_bin = args.bridge_bin
         self.results = {"catchup": [], "live": [], "outage": [], "copy": [], "group": [],
-                        "skipped": [], "limits": {}}
+                        "skipped": [], "limits": {}, "callgrind": [],
+                        "callgrind_profile": {}}
+        # [bridge] lines and [kafka.properties] lines every bridge config gets (a block's own).
+        self.overrides = ("", "")
         # Why bridge-copy was skipped (--bridge-copy-skip-after), once it was: not retried.
         self.bridge_copy_skip = None
 
@@ -80,9 +83,13 @@ class Harness:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def bridge_config(self, name, coll, topic, port, fmt="json", pipeline_extra=""):
-        """The bridge's config for one pipeline; `pipeline_extra`: more lines of the pipeline."""
+        """The bridge's config for one pipeline; `pipeline_extra`: more lines of the pipeline.
+        With `self.overrides` (a block's [bridge] lines and [kafka.properties] lines, e.g. the
+        instruction block's), those too."""
         path = self.work / f"bridge-{name}.toml"
-        path.write_text(f"""
+        bridge, props = self.overrides
+        bridge = f"[bridge]\n{bridge}" if bridge else ""
+        path.write_text(f"""{bridge}
 [mongodb]
 uri = "{self.servers.uri}"
 offsets_database = "bench_bridge"
@@ -92,7 +99,7 @@ bootstrap_servers = "{self.servers.bootstrap}"
 
 [kafka.properties]
 "compression.type" = "{self.args.compression}"
-
+{props}
 [[pipelines]]
 name = "{name}"
 database = "{DB}"
@@ -111,9 +118,9 @@ history_interval_ms = {self.args.history_interval_ms}
 """)
         return path
 
-    def start(self, system, coll, topic, init=False):
+    def start(self, system, coll, topic, init=False, callgrind=None):
         """Starts a producing system (bridge or baseline); returns the process (a bridge's has
-        `metrics_port`)."""
+        `metrics_port`). `callgrind`: the valgrind command a bridge runs under (--callgrind)."""
         logf = open(self.work / f"{system}-{coll}.log", "a")
         if system in BRIDGES or system == "bridge-copy":
             port = free_port()
@@ -128,7 +135,7 @@ history_interval_ms = {self.args.history_interval_ms}
             cfg = self.bridge_config(f"{coll}-{system}", coll, topic, port,
                                      BRIDGES.get(system, "json"), extra)
             env = dict(os.environ, RUST_LOG=self.args.bridge_log)
-            prefix = [] if init else shlex.split(self.args.bridge_prefix)
+            prefix = [] if init else callgrind or shlex.split(self.args.bridge_prefix)
             proc = subprocess.Popen([*prefix, self.bridge_bin, "run", "--config", str(cfg)],
                                     stdout=logf, stderr=subprocess.STDOUT, env=env)
             proc.metrics_port = port

@@ -44,7 +44,7 @@ pub struct CopyArgs {
 
 /// Copies the collection into the topic; returns the figures as JSON.
 pub async fn run(args: CopyArgs) -> anyhow::Result<String> {
-    let producer = producer(&args.servers.bootstrap, &args.compression)?;
+    let producer = producer(&args.servers.bootstrap, &args.compression, &[])?;
     // Ask for the topic's metadata at once, as the bridge does at start: it makes librdkafka
     // connect now, so the idempotent producer gets its id while the cursor opens. Without it
     // (sparse connections) the first record waits ~0.5-1 s for the producer id.

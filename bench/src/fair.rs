@@ -22,7 +22,7 @@ use crate::produce::{finish, producer, send};
 use crate::stream::open;
 
 /// The bridge's pipeline for the benchmark collection, writing to `topic` in `format`.
-fn pipeline(args: &LimitArgs) -> anyhow::Result<PipelineConfig> {
+pub(crate) fn pipeline(args: &LimitArgs) -> anyhow::Result<PipelineConfig> {
     let format = &args.format;
     Ok(toml::from_str(&format!(
         "name = \"fair\"\ndatabase = \"{}\"\ncollection = \"{}\"\ntopic = \"{}\"\n\
@@ -31,7 +31,7 @@ fn pipeline(args: &LimitArgs) -> anyhow::Result<PipelineConfig> {
     ))?)
 }
 
-fn headers(record: &Record) -> OwnedHeaders {
+pub(crate) fn headers(record: &Record) -> OwnedHeaders {
     let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
     for (key, value) in &record.headers {
         headers = headers.insert(Header {
@@ -55,7 +55,7 @@ pub async fn run(args: &LimitArgs) -> anyhow::Result<String> {
     }
     drop(stream);
     let count: u64 = encoded.iter().map(|r| r.len() as u64).sum();
-    let producer = producer(&args.servers.bootstrap, &args.compression)?;
+    let producer = producer(&args.servers.bootstrap, &args.compression, &args.property)?;
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let mut stream = open(&args.servers, &args.token, true).await?;

@@ -27,6 +27,9 @@ pub enum Mode {
     /// exactly the records the bridge produces, encoded by the bridge's own encoder before the
     /// timed run (see `fair.rs`).
     Fair,
+    /// The inline limit: read, encode with the bridge's encoder and produce, in one loop, with
+    /// none of the bridge's machinery (see `inline.rs`).
+    Inline,
 }
 
 /// `bench limit`.
@@ -34,7 +37,7 @@ pub enum Mode {
 pub struct LimitArgs {
     #[command(flatten)]
     pub servers: Servers,
-    /// read, produce, relay or fair.
+    /// read, produce, relay, fair or inline.
     #[arg(long, value_enum)]
     pub mode: Mode,
     /// Events to read (the backlog size) or records to produce.
@@ -58,9 +61,20 @@ pub struct LimitArgs {
     /// the stage costs the server.
     #[arg(long)]
     split_stage: bool,
-    /// Fair mode: the records' format (`format` and `key_format` of the bridge's pipeline).
+    /// Fair and inline modes: the records' format (`format` and `key_format` of the bridge's pipeline).
     #[arg(long, default_value = "json")]
     pub format: String,
+    /// A librdkafka producer property, `KEY=VALUE` (repeatable), over the bridge's settings
+    /// (e.g. `linger.ms`, `batch.size` pinned for an instruction count).
+    #[arg(long, value_parser = property)]
+    pub property: Vec<(String, String)>,
+}
+
+/// `KEY=VALUE`.
+fn property(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s}: KEY=VALUE"))
 }
 
 /// Headers with the bridge's names and sizes, values taken from the raw event.
@@ -102,7 +116,10 @@ fn bridge_like_headers(event: &bson::RawDocument) -> OwnedHeaders {
 
 /// `bench limit` in modes read, produce and relay (`main.rs` gives fair mode to `fair.rs`).
 pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
-    anyhow::ensure!(args.mode != Mode::Fair, "fair mode runs fair::run");
+    anyhow::ensure!(
+        !matches!(args.mode, Mode::Fair | Mode::Inline),
+        "fair and inline modes run fair::run and inline::run"
+    );
     let mut stream = open(&args.servers, &args.token, args.split_stage).await?;
     let mut bytes: u64 = 0;
     let (events, secs, failed) = match args.mode {
@@ -121,7 +138,7 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
             }
             drop(stream);
             anyhow::ensure!(!events.is_empty(), "no events to produce");
-            let producer = producer(&args.servers.bootstrap, &args.compression)?;
+            let producer = producer(&args.servers.bootstrap, &args.compression, &args.property)?;
             let started = Instant::now();
             for i in 0..args.count {
                 let (key, value) = &events[i as usize % events.len()];
@@ -131,10 +148,14 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
             let (n, failed) = finish(&producer, args.count).await;
             (n, started.elapsed().as_secs_f64(), failed)
         }
-        Mode::Read | Mode::Relay | Mode::Fair => {
+        Mode::Read | Mode::Relay | Mode::Fair | Mode::Inline => {
             // Read: events dropped. Relay: each produced as the server's bytes.
             let producer = match args.mode {
-                Mode::Relay => Some(producer(&args.servers.bootstrap, &args.compression)?),
+                Mode::Relay => Some(producer(
+                    &args.servers.bootstrap,
+                    &args.compression,
+                    &args.property,
+                )?),
                 _ => None,
             };
             let mut first = None;

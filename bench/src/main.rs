@@ -9,7 +9,9 @@
 //! - `limit`: what this machine can move without any bridge logic: `read` (raw change-stream
 //!   catch-up, events read as `RawDocumentBuf` and dropped), `produce` (raw librdkafka produce of
 //!   the same payloads, idempotent, acks=all, pipelined) and `relay` (read raw events and produce
-//!   them as-is: the limit a bridge is judged against).
+//!   them as-is: the limit a bridge is judged against), `fair` (the bridge's own records,
+//!   encoded in an untimed first pass) and `inline` (read, encode with the bridge's encoder and
+//!   produce in one loop: the reference of the instruction counts).
 //! - `live`: a fixed-rate mixed writer plus a consumer of the bridge's topic measuring the
 //!   latency from each write to the consumer seeing the record.
 //! - `limit-copy`: the limit of an initial snapshot: the collection read with the bridge's
@@ -23,6 +25,7 @@
 
 mod copy;
 mod fair;
+mod inline;
 mod limit;
 mod live;
 mod load;
@@ -91,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             Command::Load(args) => load::run(args).await,
             Command::Token { servers, out } => stream::save_token(&servers, &out).await,
             Command::Limit(args) if args.mode == limit::Mode::Fair => fair::run(&args).await,
+            Command::Limit(args) if args.mode == limit::Mode::Inline => inline::run(&args).await,
             Command::Limit(args) => limit::run(args).await,
             Command::Live(args) => live::run(args).await,
             Command::LimitCopy(args) => copy::run(args).await,

@@ -30,12 +30,14 @@ impl ProducerContext for Counting {
 }
 
 /// The same producer settings as the bridge (`sink.rs`): idempotent, acks=all, 5 in flight,
-/// murmur2_random, linger 5 ms.
+/// murmur2_random, linger 5 ms; then `properties` (`--property`).
 pub(crate) fn producer(
     bootstrap: &str,
     compression: &str,
+    properties: &[(String, String)],
 ) -> anyhow::Result<ThreadedProducer<Counting>> {
-    Ok(ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -43,8 +45,11 @@ pub(crate) fn producer(
         .set("partitioner", "murmur2_random")
         .set("linger.ms", "5")
         .set("message.timeout.ms", "120000")
-        .set("compression.type", compression)
-        .create_with_context(Counting::default())?)
+        .set("compression.type", compression);
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    Ok(config.create_with_context(Counting::default())?)
 }
 
 /// Enqueues one record, waiting while librdkafka's queue is full (backpressure, as the bridge).
