@@ -53,9 +53,10 @@ def limit_argv(h, system, coll, topic, count):
     if mode in ("headers", "split"):
         argv.append("--headers" if mode == "headers" else "--split-stage")
         mode = argv[2] = "relay"
-    if mode.startswith("fair"):
-        argv += ["--format", "bson" if mode == "fair-bson" else "json"]
-        mode = argv[2] = "fair"
+    for base in ("fair", "inline"):
+        if mode.startswith(base):
+            argv += ["--format", "bson" if mode.endswith("-bson") else "json"]
+            mode = argv[2] = base
     if mode != "read":
         argv += ["--topic", topic]
     return argv, mode

@@ -127,7 +127,7 @@ def presets(args):
     """--smoke, --group-only and --eos-only, applied to the parsed options."""
     if args.smoke:
         args.runs, args.sizes, args.count = 1, "1KB", args.count or 2000
-        args.systems = "limit-read,limit-relay,limit-fair,bridge,bridge-bson,bridge-debezium,python,debezium"
+        args.systems = "limit-read,limit-relay,limit-fair,limit-inline,bridge,bridge-bson,bridge-debezium,python,debezium"
         args.live_systems, args.rates, args.ramp = "bridge,debezium", "500", ""
         args.baseline_rates, args.peer_live_warmup = "500", 2.0
         args.live_duration, args.settle, args.outage = 2.0, 5.0, False

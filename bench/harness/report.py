@@ -60,7 +60,8 @@ def report(results, meta, with_targets=True):
             if ("bridge", runs[0]) in by and ("limit-relay", runs[0]) in by:
                 med = mmm(ratio("bridge", "limit-relay"))[1]
                 targets.append((f"catch-up {size}: bridge ≥ 0.9 × limit", f"{med:.2f} ×", med >= 0.9))
-            for bridge, fair in (("bridge", "limit-fair"), ("bridge-bson", "limit-fair-bson")):
+            for bridge, fair in (("bridge", "limit-fair"), ("bridge-bson", "limit-fair-bson"),
+                                 ("bridge", "limit-inline"), ("bridge-bson", "limit-inline-bson")):
                 if (bridge, runs[0]) in by and (fair, runs[0]) in by:
                     med = mmm(ratio(bridge, fair))[1]
                     targets.append((f"catch-up {size}: {bridge} ≥ 0.9 × {fair}", f"{med:.2f} ×",

@@ -10,6 +10,8 @@ Systems of the catch-up block:
   limit-produce    raw librdkafka produce of the same events        (bench limit --mode produce)
   limit-relay      read + produce, no bridge logic: THE LIMIT       (bench limit --mode relay)
   limit-headers    the same with headers shaped like the bridge's
+  limit-inline     read, encode with the bridge's encoder and produce in one loop, none of the
+                   bridge's machinery (bench limit --mode inline); limit-inline-bson: "bson"
   limit-fair       THE FAIR LIMIT: the bridge's own records, encoded by its encoder before the
                    timed run (bench limit --mode fair); limit-fair-bson: format "bson"
   bridge           mongo-kafka-bridge run; bridge-bson: format = key_format = "bson";
@@ -38,7 +40,7 @@ PEERS = ["debezium", "mongo-kafka"]
 # The peers' catch-up sizes (their drain is ~1 000-2 000 events/s: 250 KB is left out).
 PEER_SIZES = ["1KB", "20KB"]
 CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "limit-fair",
-                   "limit-fair-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
+                   "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
                    *PEERS]
 LIVE_SYSTEMS = ["bridge", "node", "python", *PEERS]
 BRIDGES = {"bridge": "json", "bridge-bson": "bson", "bridge-debezium": "json"}
@@ -48,7 +50,7 @@ DEBEZIUM_FORM = ('value = "debezium"\nfull_document = "default"\n'
 # Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
 OPTIONAL_SYSTEMS = ["limit-split"]
 PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "limit-fair",
-             "limit-fair-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python"}
+             "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python"}
 
 
 class Harness:
