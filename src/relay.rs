@@ -257,6 +257,9 @@ impl Relay {
     ) -> Result<(), BridgeError> {
         let mut pending: Option<Pending> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
+        // One cancellation future for the whole loop (not one registration per wake-up).
+        let cancelled = cancel.cancelled();
+        tokio::pin!(cancelled);
         loop {
             let stalled = pending.is_some() && self.window.is_empty();
             tokio::select! {
@@ -272,7 +275,7 @@ impl Relay {
                         pending = self.enqueue(p)?;
                     }
                 }
-                () = cancel.cancelled() => break,
+                () = &mut cancelled => break,
                 item = rx.recv(), if pending.is_none() && self.has_room() => match item {
                     Some(item) => match self.accept(item).await {
                         Ok(next) => pending = next,

@@ -88,7 +88,9 @@ pub(super) fn value_bytes(
         Format::Bson => Ok(doc.as_bytes().to_vec()),
         Format::Json => {
             let len = doc.as_bytes().len();
-            let mut out = Vec::with_capacity(len + len / 4);
+            // Room for the usual expansion (quotes, `$numberLong`-style wrappers, escapes): a
+            // value that outgrows it is reallocated, and copied, once more.
+            let mut out = Vec::with_capacity(len + len / 2 + 64);
             extjson::write_document_strict(&mut out, doc, mode, utf8)
                 .map_err(|e| Failed::at(prefix, e))?;
             Ok(out)

@@ -264,7 +264,7 @@ impl TopicCreator {
 
     /// Whether `topic` is known to exist (no admin call before its next record).
     pub(crate) fn knows(&self, topic: &Arc<str>) -> bool {
-        self.known.contains(topic)
+        self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) || self.known.contains(topic)
     }
 
     /// Makes sure `topic` exists, creating it with the configured partitions, replication factor

@@ -139,7 +139,8 @@ impl TopicLimits {
 
     /// Whether `topic`'s limit was read already (no admin call before its next record).
     pub(crate) fn knows(&self, topic: &Arc<str>) -> bool {
-        self.by_topic.contains_key(topic)
+        self.last.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic))
+            || self.by_topic.contains_key(topic)
     }
 
     /// The admin client and the producer's batch bound, for the delivery path's check

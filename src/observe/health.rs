@@ -17,7 +17,10 @@ use std::sync::{Arc, Mutex};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    // The system clock as milliseconds, without a calendar conversion (called per event).
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// One pipeline's state.

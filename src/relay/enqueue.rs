@@ -76,7 +76,7 @@ impl Relay {
                 if records.is_empty() {
                     // An event this form writes nothing for (the Debezium form's drop, rename,
                     // invalidate): its position commits once everything before it is delivered.
-                    let position = self.position_of(&encoded);
+                    let position = self.position_of(&mut encoded);
                     self.window.push_watermark(Mark::Stream(position));
                     return Ok(None);
                 }
@@ -238,8 +238,9 @@ impl Relay {
         }
     }
 
-    /// The position after `encoded`, counted as one more event.
-    fn position_of(&mut self, encoded: &EncodedEvent) -> Position {
+    /// The position after `encoded`, counted as one more event (the event's resume token moves
+    /// into it: `encoded.token` is left empty).
+    fn position_of(&mut self, encoded: &mut EncodedEvent) -> Position {
         self.event_count += 1;
         if encoded.cluster_time.is_some() {
             self.last_cluster_time = encoded.cluster_time;
@@ -248,7 +249,7 @@ impl Relay {
             self.last_wall_time_ms = encoded.wall_time_ms;
         }
         Position {
-            token: encoded.token.clone(),
+            token: std::mem::take(&mut encoded.token),
             cluster_time: self.last_cluster_time,
             position_time: self.monotonic(encoded.cluster_time.unwrap_or_else(timestamp_now)),
             wall_time_ms: self.last_wall_time_ms,
@@ -257,13 +258,13 @@ impl Relay {
     }
 
     pub(super) fn push_event(&mut self, p: Pending) {
-        let encoded = match p.kind {
+        let mut encoded = match p.kind {
             Kind::Event(encoded) => encoded,
             Kind::Snapshot(operation_type, state) => {
                 return self.push_snapshot(p.topic, p.bytes, p.deliveries, operation_type, state);
             }
         };
-        let position = self.position_of(&encoded);
+        let position = self.position_of(&mut encoded);
         let deliveries = EventDeliveries {
             context: Arc::clone(&self.context),
             topic_metrics: self.topic_metrics(&p.topic),

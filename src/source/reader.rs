@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bson::RawDocumentBuf;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{TryAcquireError, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::split::Reassembler;
@@ -43,6 +44,8 @@ impl Channel {
     /// `false` when `cancel` fired or the relay is gone (the item is dropped: it was not
     /// delivered, so it is read again after a restart).
     pub(crate) async fn send(&self, mut item: SourceItem, cancel: &CancellationToken) -> bool {
+        // (An item sent after `cancel` fired is harmless: the relay stops taking items then,
+        // and what it did not enqueue is neither delivered nor committed.)
         let raw_len = match &item {
             SourceItem::Event { raw, .. } | SourceItem::Copy { raw, .. } => {
                 Some(raw.as_bytes().len())
@@ -53,10 +56,16 @@ impl Channel {
             let bytes = u32::try_from(len)
                 .unwrap_or(u32::MAX)
                 .min(self.budget_bytes);
-            let permit = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return false,
-                permit = Arc::clone(&self.budget).acquire_many_owned(bytes) => permit.ok(),
+            // Without waiting when the budget has room (the common case); else until it has
+            // or `cancel` fires.
+            let permit = match Arc::clone(&self.budget).try_acquire_many_owned(bytes) {
+                Ok(permit) => Some(permit),
+                Err(TryAcquireError::Closed) => None,
+                Err(TryAcquireError::NoPermits) => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return false,
+                    permit = Arc::clone(&self.budget).acquire_many_owned(bytes) => permit.ok(),
+                },
             };
             if let SourceItem::Event { permit: slot, .. } | SourceItem::Copy { permit: slot, .. } =
                 &mut item
@@ -64,10 +73,14 @@ impl Channel {
                 *slot = permit;
             }
         }
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => false,
-            sent = self.tx.send(item) => sent.is_ok(),
+        match self.tx.try_send(item) {
+            Ok(()) => true,
+            Err(TrySendError::Closed(_)) => false,
+            Err(TrySendError::Full(item)) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => false,
+                sent = self.tx.send(item) => sent.is_ok(),
+            },
         }
     }
 }
@@ -164,6 +177,9 @@ pub(crate) async fn run(
     health: &PipelineHealth,
     requests: &mut watch::Receiver<Option<Request>>,
 ) -> Result<Option<Request>, BridgeError> {
+    // One cancellation future for the whole loop (not one registration per read).
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
     loop {
         if requests.has_changed().unwrap_or(false)
             && let Some(request) = requests.borrow_and_update().clone()
@@ -175,7 +191,7 @@ pub(crate) async fn run(
             .store(crate::observe::health::now_ms(), Ordering::Relaxed);
         let next = tokio::select! {
             biased;
-            () = cancel.cancelled() => return Ok(None),
+            () = &mut cancelled => return Ok(None),
             next = reader.next() => next,
         };
         health.awaiting_server_since_ms.store(0, Ordering::Relaxed);

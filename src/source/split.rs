@@ -12,11 +12,17 @@
 //! - An event whose `splitEvent` marker cannot be read (not a document, `fragment` or `of`
 //!   missing or not an integer) is an error too: it may be a fragment, so passing it on whole
 //!   could publish part of an event and commit a position between fragments.
-//! - The reassembled event has each top-level field once, `_id` first, no `splitEvent`.
+//! - The reassembled event has each top-level field once, `_id` first, no `splitEvent`; an
+//!   event in a single fragment (`of: 1`) is the server's document less its `splitEvent`.
+//! - Cost: one pass over the top-level elements of each event (bson's iterator), values
+//!   copied as bytes, never decoded (`scripts/bench --callgrind` counts it).
 
 use bson::{RawBsonRef, RawDocument, RawDocumentBuf};
 
 use crate::error::split::SplitError;
+use elements::Elements;
+
+mod elements;
 
 /// The stage appended to every pipeline when the server supports it.
 pub const SPLIT_STAGE: &str = "$changeStreamSplitLargeEvent";
@@ -28,21 +34,52 @@ pub(crate) struct Reassembler {
     of: i64,
 }
 
-/// The `(fragment, of)` of a fragment; `Ok(None)` for an event without `splitEvent`.
+/// A fragment's marker: `(fragment, of)` and where `splitEvent` lies in the fragment's bytes.
+struct Marker {
+    fragment: i64,
+    of: i64,
+    at: std::ops::Range<usize>,
+}
+
+/// The marker of a fragment; `Ok(None)` for an event without `splitEvent`. One pass over the
+/// top-level elements.
 ///
-/// Errors: `Err(())` when `splitEvent` is there but not `{fragment, of}` integers.
-fn split_info(raw: &RawDocument) -> Result<Option<(i64, i64)>, ()> {
-    let info = match raw.get("splitEvent") {
-        Ok(None) => return Ok(None),
-        Ok(Some(RawBsonRef::Document(info))) => info,
-        Ok(Some(_)) | Err(_) => return Err(()),
-    };
-    let number = |key: &str| match info.get(key) {
-        Ok(Some(RawBsonRef::Int32(n))) => Ok(i64::from(n)),
-        Ok(Some(RawBsonRef::Int64(n))) => Ok(n),
-        _ => Err(()),
-    };
-    Ok(Some((number("fragment")?, number("of")?)))
+/// Errors: `Err(())` when `splitEvent` is there but not `{fragment, of}` integers, or when an
+/// element before it cannot be read (it may hide the marker).
+fn marker(raw: &RawDocument) -> Result<Option<Marker>, ()> {
+    let bytes = raw.as_bytes();
+    for element in Elements::new(bytes) {
+        let element = element?;
+        if element.key == b"splitEvent" {
+            let value = &bytes[element.range.start + 1 + element.key.len() + 1..element.range.end];
+            let info = (bytes[element.range.start] == 0x03)
+                .then(|| RawDocument::from_bytes(value).ok())
+                .flatten()
+                .ok_or(())?;
+            let number = |key: &str| match info.get(key) {
+                Ok(Some(RawBsonRef::Int32(n))) => Ok(i64::from(n)),
+                Ok(Some(RawBsonRef::Int64(n))) => Ok(n),
+                _ => Err(()),
+            };
+            return Ok(Some(Marker {
+                fragment: number("fragment")?,
+                of: number("of")?,
+                at: element.range,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// `raw` without the element at `at` (a single fragment's marker), in place: only the bytes
+/// after the marker move.
+fn without(raw: RawDocumentBuf, at: std::ops::Range<usize>) -> RawDocumentBuf {
+    let mut bytes = raw.into_bytes();
+    bytes.drain(at);
+    let len = i32::try_from(bytes.len()).unwrap_or(i32::MAX);
+    bytes[..4].copy_from_slice(&len.to_le_bytes());
+    RawDocumentBuf::from_bytes(bytes)
+        .expect("a BSON document less one whole element is a BSON document")
 }
 
 impl Reassembler {
@@ -57,8 +94,8 @@ impl Reassembler {
         raw: RawDocumentBuf,
     ) -> Result<Option<RawDocumentBuf>, SplitError> {
         let expected = self.parts.len() as i64 + 1;
-        let info = split_info(&raw).map_err(|()| SplitError::Marker { expected })?;
-        let Some((fragment, of)) = info else {
+        let info = marker(&raw).map_err(|()| SplitError::Marker { expected })?;
+        let Some(Marker { fragment, of, at }) = info else {
             if self.is_pending() {
                 return Err(SplitError::OutOfSequence {
                     expected,
@@ -75,6 +112,11 @@ impl Reassembler {
                 of,
             });
         }
+        if of == 1 {
+            // A whole event in one fragment (`fragment` is 1 and nothing is pending): only the
+            // marker goes.
+            return Ok(Some(without(raw, at)));
+        }
         self.of = of;
         self.parts.push(raw);
         if fragment < of {
@@ -86,21 +128,40 @@ impl Reassembler {
 }
 
 /// One document with the last fragment's `_id` first, then every other top-level field once.
+/// The elements are copied as bytes (type, key and value as the server sent them): one buffer,
+/// sized up front, and no value decoded.
 fn merge(parts: &[RawDocumentBuf]) -> RawDocumentBuf {
-    let mut out = RawDocumentBuf::new();
-    let mut seen: Vec<&str> = vec!["_id", "splitEvent"];
-    if let Some(Ok(Some(token))) = parts.last().map(|p| p.get("_id")) {
-        out.append("_id", token.to_raw_bson());
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.as_bytes().len()).sum());
+    out.extend_from_slice(&[0; 4]);
+    let mut seen: Vec<&[u8]> = vec![b"_id", b"splitEvent"];
+    if let Some((_, token)) = parts
+        .last()
+        .and_then(|p| elements(p).find(|(key, _)| *key == b"_id"))
+    {
+        out.extend_from_slice(token);
     }
     for part in parts {
-        for (key, value) in part.iter().flatten() {
+        for (key, element) in elements(part) {
             if !seen.contains(&key) {
                 seen.push(key);
-                out.append(key, value.to_raw_bson());
+                out.extend_from_slice(element);
             }
         }
     }
-    out
+    out.push(0);
+    let len = i32::try_from(out.len()).unwrap_or(i32::MAX);
+    out[..4].copy_from_slice(&len.to_le_bytes());
+    RawDocumentBuf::from_bytes(out)
+        .expect("a length prefix, whole elements and the terminating 0 form a BSON document")
+}
+
+/// The top-level elements of `doc`, in order, as (key, the element's bytes); ends at the first
+/// unreadable element.
+fn elements(doc: &RawDocument) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let bytes = doc.as_bytes();
+    Elements::new(bytes)
+        .map_while(Result::ok)
+        .map(move |element| (element.key, &bytes[element.range]))
 }
 
 #[cfg(test)]
@@ -149,6 +210,35 @@ mod tests {
         assert_eq!(r.push(plain.clone()), Ok(Some(plain)));
         let whole = r.push(fragment(1, 1, "fullDocument")).unwrap().unwrap();
         assert!(whole.get("splitEvent").unwrap().is_none());
+        let mut expected = fragment(1, 1, "fullDocument");
+        expected = expected
+            .iter()
+            .map(Result::unwrap)
+            .filter(|(key, _)| *key != "splitEvent")
+            .fold(RawDocumentBuf::new(), |mut doc, (key, value)| {
+                doc.append(key, value.to_raw_bson());
+                doc
+            });
+        assert_eq!(whole.as_bytes(), expected.as_bytes());
+    }
+
+    #[test]
+    fn a_marker_after_an_unreadable_element_is_an_error() {
+        // GIVEN a fragment whose element before `splitEvent` has a length past the end
+        let mut bytes = fragment(1, 2, "x").into_bytes();
+        let key = b"operationType\0";
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("the key")
+            + key.len();
+        bytes[at..at + 4].copy_from_slice(&1000i32.to_le_bytes());
+        let raw = RawDocumentBuf::from_bytes(bytes).expect("outer length and terminator");
+        // THEN it is an error, not an event passed on whole
+        assert_eq!(
+            Reassembler::default().push(raw),
+            Err(SplitError::Marker { expected: 1 })
+        );
     }
 
     #[test]

@@ -191,7 +191,7 @@ impl PipelineMetrics {
     /// Observes the end-to-end latency of an event just delivered: now minus its `wallTime`
     /// (ms since the Unix epoch), else minus its `clusterTime` (second resolution).
     pub(crate) fn end_to_end(&self, wall_time_ms: Option<i64>, cluster_time: Option<Timestamp>) {
-        let now_ms = chrono::Utc::now().timestamp_millis();
+        let now_ms = crate::observe::health::now_ms();
         let at_ms = wall_time_ms.or(cluster_time.map(|t| i64::from(t.time) * 1000));
         if let Some(at_ms) = at_ms {
             self.end_to_end
