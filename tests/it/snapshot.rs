@@ -8,6 +8,7 @@
 //! checks that a copy never finishes short are in `snapshot/checks.rs`.
 
 mod checks;
+mod unusual;
 
 use std::time::Duration;
 
