@@ -31,7 +31,7 @@ def options():
                                  "harness (bench/harness; see scripts/bench and BENCHMARKS.md)")
     add = ap.add_argument
     add("--smoke", action="store_true", help="seconds-long run for CI")
-    add("--runs", type=int, default=3)
+    add("--runs", type=int, default=3, help="repeats of every block (default 3)")
     add("--broker", choices=BROKERS, default=os.environ.get("MKB_BROKER") or "kafka",
         help="the broker scripts/services starts when KAFKA_BOOTSTRAP is not set: kafka "
              "(Apache Kafka 4.4, default) or noida (the noida-db stand-in); default $MKB_BROKER")
@@ -103,14 +103,16 @@ def options():
     add("--callgrind", action="store_true",
         help="only the instruction block: the bridge and limit-inline under valgrind's "
              "callgrind, instructions per event as the difference of two backlogs "
-             "(bench/harness/callgrind.py; ~5 min per size and run)")
-    add("--callgrind-sizes", default="1KB,20KB")
-    add("--callgrind-systems", default=",".join(callgrind.SYSTEMS))
+             "(bench/harness/callgrind.py; ~30-60 s per size and run)")
+    add("--callgrind-sizes", default="1KB,20KB",
+        help=f"sizes of the instruction block, of {', '.join(callgrind.BACKLOGS)} (default 1KB,20KB)")
+    add("--callgrind-systems", default=",".join(callgrind.SYSTEMS),
+        help=f"systems of the instruction block (default {','.join(callgrind.SYSTEMS)})")
     add("--partitions", type=int, default=1)
     add("--compression", default="none")
     add("--oplog-max-entries", type=int, default=8_000_000,
         help="SecantusDB's oplog cap: above what a full run writes (~4 M entries with the peers)")
-    add("--bridge-bin", required=True)
+    add("--bridge-bin", required=True, help="the bridge's binary (scripts/bench sets it)")
     add("--history-interval-ms", type=int, default=0,
         help="the bridge's [metrics] history_interval_ms (its default is 15000)")
     add("--bridge-log", default="warn",
@@ -118,8 +120,9 @@ def options():
     add("--bridge-prefix", default="",
         help="command the bridge runs under, e.g. 'perf record -g -o bridge.perf --' (its CPU "
              "and RSS figures are then the wrapper's)")
-    add("--bench-bin", required=True)
-    add("--out", required=True, help="directory for results.json, results.md and logs")
+    add("--bench-bin", required=True, help="the bench program's binary (scripts/bench sets it)")
+    add("--out", required=True, help="directory for results.json, results.md and logs "
+                                     "(scripts/bench sets it: .cache/bench/<time>)")
     return ap
 
 

@@ -286,11 +286,16 @@ def callgrind_report(results, out, targets, baseline=None):
             ratios = [by[(system, size, k)]["ir_per_event"] / by[(ref, size, k)]["ir_per_event"]
                       for k in runs if (system, size, k) in by and (ref, size, k) in by]
             ratio = fmt_mmm(ratios, 3) if system.startswith("bridge") and ratios else ""
-            out(f"| {size} | {system} | {med:,.0f} | {100 * (hi - lo) / med:.1f} % | {ratio} |")
+            spread = f"{100 * (hi - lo) / med:.1f} %" if len(vals) > 1 else "n/a (1 run)"
+            out(f"| {size} | {system} | {med:,.0f} | {spread} | {ratio} |")
             if system.startswith("bridge") and ratios:
                 r = mmm(ratios)[1]
                 targets.append((f"instructions per {size} event: {system} ≤ 1.15 × {ref}",
                                 f"{r:.3f} ×", r <= 1.15))
+    out("")
+    out("The profiles are the run directory's `callgrind-<system>-<size>-<backlog>-<run>.out`: "
+        "`callgrind_annotate --inclusive=yes FILE` lists a process's costs, "
+        "`--tree=caller` adds who called what.")
     out("")
     for size, top in results.get("callgrind_profile", {}).items():
         out(f"Top inclusive costs of the bridge at {size} (share of the whole process's "

@@ -13,7 +13,8 @@
 //!   missing or not an integer) is an error too: it may be a fragment, so passing it on whole
 //!   could publish part of an event and commit a position between fragments.
 //! - The reassembled event has each top-level field once, `_id` first, no `splitEvent`; an
-//!   event in a single fragment (`of: 1`) is the server's document less its `splitEvent`.
+//!   event in a single fragment (`of: 1`) that already has that shape is the server's document
+//!   less its `splitEvent`, in place (any other goes through the merge).
 //! - Cost: one pass over the top-level elements of each event (bson's iterator), values
 //!   copied as bytes, never decoded (`scripts/bench --callgrind` counts it).
 
@@ -39,6 +40,9 @@ struct Marker {
     fragment: i64,
     of: i64,
     at: std::ops::Range<usize>,
+    /// Whether the fragment is plain: `_id` first, each top-level field once, every element
+    /// readable (then a single fragment only loses its marker; else it is merged).
+    plain: bool,
 }
 
 /// The marker of a fragment; `Ok(None)` for an event without `splitEvent`. One pass over the
@@ -48,7 +52,9 @@ struct Marker {
 /// element before it cannot be read (it may hide the marker).
 fn marker(raw: &RawDocument) -> Result<Option<Marker>, ()> {
     let bytes = raw.as_bytes();
-    for element in Elements::new(bytes) {
+    let mut walk = Elements::new(bytes);
+    let mut keys = Keys::default();
+    while let Some(element) = walk.next() {
         let element = element?;
         if element.key == b"splitEvent" {
             let value = &bytes[element.range.start + 1 + element.key.len() + 1..element.range.end];
@@ -64,11 +70,54 @@ fn marker(raw: &RawDocument) -> Result<Option<Marker>, ()> {
             return Ok(Some(Marker {
                 fragment: number("fragment")?,
                 of: number("of")?,
+                plain: plain_after(walk, keys),
                 at: element.range,
             }));
         }
+        keys.push(element.key);
     }
     Ok(None)
+}
+
+/// The top-level keys of a fragment, on the stack: a change event has about ten fields; one
+/// with more than [`Keys::MAX`] is never taken for plain (it is merged, which is correct too).
+#[derive(Default)]
+struct Keys<'a> {
+    keys: [&'a [u8]; Keys::MAX],
+    len: usize,
+    /// A key came twice, or more than `MAX` came.
+    spoiled: bool,
+}
+
+impl<'a> Keys<'a> {
+    const MAX: usize = 24;
+
+    /// Adds `key`, noting a repeat (slices compare their lengths first: cheap for field names).
+    fn push(&mut self, key: &'a [u8]) {
+        if self.keys[..self.len].contains(&key) {
+            self.spoiled = true;
+        }
+        match self.keys.get_mut(self.len) {
+            Some(slot) => {
+                *slot = key;
+                self.len += 1;
+            }
+            None => self.spoiled = true,
+        }
+    }
+}
+
+/// Whether the rest of `walk` is readable and the fields (`keys` before the marker, then the
+/// rest) start with `_id` and hold no key twice, nor a second marker.
+fn plain_after<'a>(walk: Elements<'a>, mut keys: Keys<'a>) -> bool {
+    keys.push(b"splitEvent");
+    for element in walk {
+        match element {
+            Ok(element) => keys.push(element.key),
+            Err(()) => return false,
+        }
+    }
+    !keys.spoiled && keys.keys.first().is_some_and(|k| *k == b"_id")
 }
 
 /// `raw` without the element at `at` (a single fragment's marker), in place: only the bytes
@@ -95,7 +144,13 @@ impl Reassembler {
     ) -> Result<Option<RawDocumentBuf>, SplitError> {
         let expected = self.parts.len() as i64 + 1;
         let info = marker(&raw).map_err(|()| SplitError::Marker { expected })?;
-        let Some(Marker { fragment, of, at }) = info else {
+        let Some(Marker {
+            fragment,
+            of,
+            at,
+            plain,
+        }) = info
+        else {
             if self.is_pending() {
                 return Err(SplitError::OutOfSequence {
                     expected,
@@ -112,7 +167,7 @@ impl Reassembler {
                 of,
             });
         }
-        if of == 1 {
+        if of == 1 && plain {
             // A whole event in one fragment (`fragment` is 1 and nothing is pending): only the
             // marker goes.
             return Ok(Some(without(raw, at)));
@@ -165,148 +220,4 @@ fn elements(doc: &RawDocument) -> impl Iterator<Item = (&[u8], &[u8])> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bson::rawdoc;
-
-    fn fragment(n: i32, of: i32, field: &str) -> RawDocumentBuf {
-        let mut doc = rawdoc! {
-            "_id": { "_data": format!("T{n}") },
-            "operationType": "update",
-            "documentKey": { "_id": 1 },
-            "splitEvent": { "fragment": n, "of": of },
-        };
-        doc.append(field, format!("value-{n}"));
-        doc
-    }
-
-    #[test]
-    fn three_fragments_become_one_event_with_the_last_token() {
-        let mut r = Reassembler::default();
-        assert_eq!(r.push(fragment(1, 3, "fullDocument")), Ok(None));
-        assert_eq!(r.push(fragment(2, 3, "updateDescription")), Ok(None));
-        let whole = r
-            .push(fragment(3, 3, "fullDocumentBeforeChange"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            whole,
-            rawdoc! {
-                "_id": { "_data": "T3" },
-                "operationType": "update",
-                "documentKey": { "_id": 1 },
-                "fullDocument": "value-1",
-                "updateDescription": "value-2",
-                "fullDocumentBeforeChange": "value-3",
-            }
-        );
-        assert!(!r.is_pending());
-    }
-
-    #[test]
-    fn unsplit_events_pass_through_and_single_fragments_lose_the_marker() {
-        let mut r = Reassembler::default();
-        let plain = rawdoc! { "_id": { "_data": "A" }, "operationType": "insert" };
-        assert_eq!(r.push(plain.clone()), Ok(Some(plain)));
-        let whole = r.push(fragment(1, 1, "fullDocument")).unwrap().unwrap();
-        assert!(whole.get("splitEvent").unwrap().is_none());
-        let mut expected = fragment(1, 1, "fullDocument");
-        expected = expected
-            .iter()
-            .map(Result::unwrap)
-            .filter(|(key, _)| *key != "splitEvent")
-            .fold(RawDocumentBuf::new(), |mut doc, (key, value)| {
-                doc.append(key, value.to_raw_bson());
-                doc
-            });
-        assert_eq!(whole.as_bytes(), expected.as_bytes());
-    }
-
-    #[test]
-    fn a_marker_after_an_unreadable_element_is_an_error() {
-        // GIVEN a fragment whose element before `splitEvent` has a length past the end
-        let mut bytes = fragment(1, 2, "x").into_bytes();
-        let key = b"operationType\0";
-        let at = bytes
-            .windows(key.len())
-            .position(|w| w == key)
-            .expect("the key")
-            + key.len();
-        bytes[at..at + 4].copy_from_slice(&1000i32.to_le_bytes());
-        let raw = RawDocumentBuf::from_bytes(bytes).expect("outer length and terminator");
-        // THEN it is an error, not an event passed on whole
-        assert_eq!(
-            Reassembler::default().push(raw),
-            Err(SplitError::Marker { expected: 1 })
-        );
-    }
-
-    #[test]
-    fn out_of_sequence_fragments_are_errors() {
-        let mut r = Reassembler::default();
-        assert_eq!(
-            r.push(fragment(2, 3, "x")),
-            Err(SplitError::OutOfSequence {
-                expected: 1,
-                got: 2,
-                of: 3
-            })
-        );
-        let mut r = Reassembler::default();
-        r.push(fragment(1, 2, "x")).unwrap();
-        let plain = rawdoc! { "_id": { "_data": "A" } };
-        assert_eq!(
-            r.push(plain),
-            Err(SplitError::OutOfSequence {
-                expected: 2,
-                got: 0,
-                of: 2
-            })
-        );
-    }
-
-    #[test]
-    fn an_unreadable_marker_is_an_error_never_a_whole_event() {
-        let markers = [
-            rawdoc! { "fra)ment": 1, "of": 1 },
-            rawdoc! { "fragment": 1.0, "of": 1 },
-            rawdoc! { "fragment": 1 },
-        ];
-        for marker in markers {
-            let mut r = Reassembler::default();
-            let raw = rawdoc! { "_id": { "_data": "A" }, "splitEvent": marker.clone() };
-            assert_eq!(
-                r.push(raw),
-                Err(SplitError::Marker { expected: 1 }),
-                "{marker:?}"
-            );
-        }
-        let mut r = Reassembler::default();
-        let raw = rawdoc! { "_id": { "_data": "A" }, "splitEvent": "1 of 2" };
-        assert_eq!(r.push(raw), Err(SplitError::Marker { expected: 1 }));
-    }
-
-    /// The `split` fuzz target's crash (tests/fuzz/README.md): BSON documents one after the
-    /// other, the second a fragment whose marker has no readable `fragment`.
-    #[test]
-    fn the_fuzzers_unreadable_marker_is_an_error() {
-        let input = include_bytes!("../../tests/fuzz/split_marker_unreadable.bin");
-        let mut rest = &input[..];
-        let mut results = Vec::new();
-        let mut r = Reassembler::default();
-        while rest.len() >= 5 {
-            let len = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            let (one, tail) = rest.split_at(len);
-            rest = tail;
-            let raw = RawDocument::from_bytes(one).expect("a BSON document");
-            results.push(
-                r.push(raw.to_raw_document_buf())
-                    .map(|whole| whole.is_some()),
-            );
-        }
-        assert_eq!(
-            results,
-            [Ok(true), Err(SplitError::Marker { expected: 1 }), Ok(true)]
-        );
-    }
-}
+mod tests;

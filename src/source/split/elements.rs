@@ -4,8 +4,10 @@
 //! type).
 //!
 //! Invariants:
-//! - Every range is inside the document and the ranges tile it from byte 4 to its terminating
-//!   0; a type, length or key that does not fit ends the walk with an error, never a guess.
+//! - Every range is inside the document and the ranges tile it from byte 4 on; the walk ends at
+//!   the terminating 0. A type, length or key that does not fit ends the walk with an error,
+//!   never a guess. Bounds as bson's own iterator's: an element may reach the last byte (the
+//!   walk then ends with an error), so both read the same elements of a malformed document.
 //! - Keys are compared as bytes; values are never decoded (bson decodes the marker's value).
 
 use std::ops::Range;
@@ -21,11 +23,17 @@ pub(super) struct Element<'a> {
 pub(super) struct Elements<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// The walk ended (the terminator reached, or an element that cannot be read).
+    done: bool,
 }
 
 impl<'a> Elements<'a> {
     pub(super) fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes, at: 4 }
+        Self {
+            bytes,
+            at: 4,
+            done: false,
+        }
     }
 
     /// A little-endian i32 at `at` as a length (negative lengths are unreadable).
@@ -67,16 +75,28 @@ impl<'a> Iterator for Elements<'a> {
     type Item = Result<Element<'a>, ()>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let end = self.bytes.len().checked_sub(1)?;
-        if self.at >= end {
+        // As bson's iterator: the walk ends at the terminating 0; an element may reach the end
+        // of the bytes (then the next step is an error), never past it.
+        if self.done {
             return None;
+        }
+        let end = self.bytes.len().checked_sub(1)?;
+        if self.at == end && self.bytes[end] == 0 {
+            self.done = true;
+            return None;
+        }
+        if self.at >= end {
+            self.done = true;
+            return Some(Err(()));
         }
         let start = self.at;
         let element = (|| {
             let key_len = self.cstring_at(start + 1)?;
             let value_at = start + 1 + key_len;
             let size = self.value_size(self.bytes[start], value_at)?;
-            let stop = value_at.checked_add(size).filter(|&stop| stop <= end)?;
+            let stop = value_at
+                .checked_add(size)
+                .filter(|&stop| stop <= self.bytes.len())?;
             Some(Element {
                 key: &self.bytes[start + 1..value_at - 1],
                 range: start..stop,
@@ -88,7 +108,7 @@ impl<'a> Iterator for Elements<'a> {
                 Some(Ok(element))
             }
             None => {
-                self.at = end;
+                self.done = true;
                 Some(Err(()))
             }
         }
@@ -143,6 +163,19 @@ mod tests {
             .collect();
         assert_eq!(ours, theirs);
         assert_eq!(ours.len(), 21);
+    }
+
+    #[test]
+    fn an_element_over_the_terminator_is_read_as_bsons_iterator_reads_it_then_an_error() {
+        // GIVEN a document whose last element, a regex, ends on the terminating byte
+        // (its options' NUL is the document's last byte)
+        let mut bytes = 11i32.to_le_bytes().to_vec();
+        bytes.extend([0x0B, b'r', 0, b'a', 0, b'i', 0]);
+        let raw = bson::RawDocument::from_bytes(&bytes).expect("length and terminator");
+        let theirs: Vec<bool> = raw.iter_elements().map(|e| e.is_ok()).collect();
+        let ours: Vec<bool> = Elements::new(&bytes).map(|e| e.is_ok()).collect();
+        assert_eq!(ours, theirs);
+        assert_eq!(ours, [true, false]);
     }
 
     #[test]
