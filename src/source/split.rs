@@ -81,34 +81,31 @@ fn marker(raw: &RawDocument) -> Result<Option<Marker>, ()> {
 
 /// The top-level keys of a fragment, on the stack: a change event has about ten fields; one
 /// with more than [`Keys::MAX`] is never taken for plain (it is merged, which is correct too).
+/// Pushing only stores: the checks run in [`plain_after`], on the marker's path alone.
 #[derive(Default)]
 struct Keys<'a> {
     keys: [&'a [u8]; Keys::MAX],
     len: usize,
-    /// A key came twice, or more than `MAX` came.
-    spoiled: bool,
+    /// More than `MAX` came.
+    overflow: bool,
 }
 
 impl<'a> Keys<'a> {
     const MAX: usize = 24;
 
-    /// Adds `key`, noting a repeat (slices compare their lengths first: cheap for field names).
     fn push(&mut self, key: &'a [u8]) {
-        if self.keys[..self.len].contains(&key) {
-            self.spoiled = true;
-        }
         match self.keys.get_mut(self.len) {
             Some(slot) => {
                 *slot = key;
                 self.len += 1;
             }
-            None => self.spoiled = true,
+            None => self.overflow = true,
         }
     }
 }
 
-/// Whether the rest of `walk` is readable and the fields (`keys` before the marker, then the
-/// rest) start with `_id` and hold no key twice, nor a second marker.
+/// Whether the rest of `walk` is readable and the fields (`keys` before the marker, the marker,
+/// then the rest) start with `_id` and hold no key twice (a second marker included).
 fn plain_after<'a>(walk: Elements<'a>, mut keys: Keys<'a>) -> bool {
     keys.push(b"splitEvent");
     for element in walk {
@@ -117,7 +114,10 @@ fn plain_after<'a>(walk: Elements<'a>, mut keys: Keys<'a>) -> bool {
             Err(()) => return false,
         }
     }
-    !keys.spoiled && keys.keys.first().is_some_and(|k| *k == b"_id")
+    let keys = &keys.keys[..keys.len * usize::from(!keys.overflow)];
+    // Slices compare their lengths first: cheap for field names.
+    keys.first().is_some_and(|k| *k == b"_id")
+        && (1..keys.len()).all(|i| !keys[..i].contains(&keys[i]))
 }
 
 /// `raw` without the element at `at` (a single fragment's marker), in place: only the bytes
