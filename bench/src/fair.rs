@@ -14,10 +14,9 @@ use futures::StreamExt;
 use mongo_kafka_bridge::config::PipelineConfig;
 use mongo_kafka_bridge::encode::{Record, RecordEncoder};
 use rdkafka::message::{Header, OwnedHeaders};
-use serde_json::json;
 
 use crate::limit::LimitArgs;
-use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::proc_stat::{cpu_seconds, figures};
 use crate::produce::{finish, producer, send};
 use crate::stream::open;
 
@@ -80,16 +79,7 @@ pub async fn run(args: &LimitArgs) -> anyhow::Result<String> {
     let (delivered, failed) = finish(&producer, count).await;
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu_before;
-    Ok(json!({
-        "events": encoded.len(),
-        "records": delivered,
-        "secs": secs,
-        "rate": encoded.len() as f64 / secs.max(1e-9),
-        "mb_per_s": bytes as f64 / 1e6 / secs.max(1e-9),
-        "failed": failed,
-        "cpu_s": cpu,
-        "cpu_us_per_event": cpu * 1e6 / (encoded.len().max(1) as f64),
-        "peak_rss_kib": peak_rss_kib(),
-    })
-    .to_string())
+    let mut out = figures(encoded.len() as u64, secs, bytes, failed, cpu);
+    out["records"] = delivered.into();
+    Ok(out.to_string())
 }

@@ -12,11 +12,10 @@
 use std::time::Instant;
 
 use futures::StreamExt;
-use serde_json::json;
 
 use crate::fair::{headers, pipeline};
 use crate::limit::LimitArgs;
-use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::proc_stat::{cpu_seconds, figures};
 use crate::produce::{finish, producer, send};
 use crate::stream::open;
 
@@ -44,16 +43,7 @@ pub async fn run(args: &LimitArgs) -> anyhow::Result<String> {
     let (delivered, failed) = finish(&producer, records).await;
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds();
-    Ok(json!({
-        "events": events,
-        "records": delivered,
-        "secs": secs,
-        "rate": events as f64 / secs.max(1e-9),
-        "mb_per_s": bytes as f64 / 1e6 / secs.max(1e-9),
-        "failed": failed,
-        "cpu_s": cpu,
-        "cpu_us_per_event": cpu * 1e6 / (events.max(1) as f64),
-        "peak_rss_kib": peak_rss_kib(),
-    })
-    .to_string())
+    let mut out = figures(events, secs, bytes, failed, cpu);
+    out["records"] = delivered.into();
+    Ok(out.to_string())
 }

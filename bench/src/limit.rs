@@ -7,10 +7,9 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use rdkafka::message::{Header, OwnedHeaders};
-use serde_json::json;
 
 use crate::Servers;
-use crate::proc_stat::{cpu_seconds, peak_rss_kib};
+use crate::proc_stat::{cpu_seconds, figures};
 use crate::produce::{finish, producer, send};
 use crate::stream::open;
 
@@ -189,15 +188,5 @@ pub async fn run(args: LimitArgs) -> anyhow::Result<String> {
         }
     };
     let cpu = cpu_seconds();
-    Ok(json!({
-        "events": events,
-        "secs": secs,
-        "rate": events as f64 / secs.max(1e-9),
-        "mb_per_s": bytes as f64 / 1e6 / secs.max(1e-9),
-        "failed": failed,
-        "cpu_s": cpu,
-        "cpu_us_per_event": cpu * 1e6 / (events.max(1) as f64),
-        "peak_rss_kib": peak_rss_kib(),
-    })
-    .to_string())
+    Ok(figures(events, secs, bytes, failed, cpu).to_string())
 }
