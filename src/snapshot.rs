@@ -42,13 +42,14 @@ pub(crate) mod order;
 pub(crate) mod plan;
 pub(crate) mod sequence;
 
-/// Why a snapshot runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a snapshot runs, in increasing weight (the order [`Request::merge`] keeps the
+/// weightier of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {
-    /// `snapshot = "initial"` on a pipeline without a position.
-    Initial,
     /// The `snapshot` command.
     Requested,
+    /// `snapshot = "initial"` on a pipeline without a position.
+    Initial,
     /// `on_history_lost = "snapshot"`: a re-sync after a gap.
     HistoryLost,
 }
@@ -76,10 +77,40 @@ impl Reason {
 pub struct Request {
     /// Why.
     pub reason: Reason,
-    /// Only this namespace (`db`, `coll`); `None`: every namespace of the pipeline's scope.
-    pub namespace: Option<(String, String)>,
+    /// Only these namespaces (`db`, `coll`; never empty, sorted, each once); `None`: every
+    /// namespace of the pipeline's scope.
+    pub namespaces: Option<Vec<(String, String)>>,
     /// When it was asked for.
     pub requested_at: DateTime,
+}
+
+impl Request {
+    /// One request that answers both `self` (waiting, perhaps already being answered) and
+    /// `newer`: the union of their namespaces (every namespace when either asks for every
+    /// one), the weightier reason (a history loss or an initial copy is not demoted to an
+    /// operator's request), and the later time.
+    ///
+    /// Invariant (why merging loses no request): a snapshot answers a request when it starts
+    /// after the request was stored and copies its namespaces. The merged request is stored
+    /// after both, and copies a superset of each; a snapshot already running for `self` does
+    /// not consume it (it is consumed by its `requestedAt`, which the merge moved on), so the
+    /// merged one runs after it.
+    pub fn merge(self, newer: Request) -> Request {
+        let namespaces = match (self.namespaces, newer.namespaces) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                a.sort();
+                a.dedup();
+                Some(a)
+            }
+            _ => None,
+        };
+        Request {
+            reason: self.reason.max(newer.reason),
+            namespaces,
+            requested_at: self.requested_at.max(newer.requested_at),
+        }
+    }
 }
 
 /// One namespace's copy.
@@ -208,4 +239,41 @@ pub(crate) fn canonical_filter(p: &crate::config::PipelineConfig) -> Option<Stri
     p.snapshot_filter.as_ref()?;
     let raw = bson::RawDocumentBuf::from_document(&p.snapshot_filter()).ok()?;
     crate::extjson::to_string(&raw, crate::extjson::JsonMode::Canonical).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(reason: Reason, namespaces: Option<&[&str]>, at: i64) -> Request {
+        let split = |ns: &&str| {
+            let (db, coll) = ns.split_once('.').expect("db.coll in the test");
+            (db.to_owned(), coll.to_owned())
+        };
+        Request {
+            reason,
+            namespaces: namespaces.map(|list| list.iter().map(split).collect()),
+            requested_at: DateTime::from_millis(at),
+        }
+    }
+
+    #[test]
+    fn merged_requests_copy_the_union_for_the_weightier_reason_at_the_later_time() {
+        use Reason::*;
+        let a = request(Requested, Some(&["d.a"]), 1);
+        let b = request(Requested, Some(&["d.b", "d.a"]), 2);
+        assert_eq!(
+            a.clone().merge(b),
+            request(Requested, Some(&["d.a", "d.b"]), 2)
+        );
+        let whole = request(HistoryLost, None, 3);
+        assert_eq!(
+            whole.clone().merge(a.clone()),
+            request(HistoryLost, None, 3)
+        );
+        assert_eq!(a.clone().merge(whole), request(HistoryLost, None, 3));
+        let initial = request(Initial, None, 0);
+        assert_eq!(initial.merge(a.clone()), request(Initial, None, 1));
+        assert_eq!(a.clone().merge(a.clone()), a);
+    }
 }

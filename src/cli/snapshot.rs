@@ -4,8 +4,9 @@
 //! Invariants: the request is stored in the pipeline's offsets document (`snapshotRequest`),
 //! never in the user's database, and without moving the epoch, so a running owner is not
 //! fenced: it reads the request within 5 s (`checkpoint::REQUEST_POLL`) and answers it after
-//! any snapshot still running. A request made while no owner runs waits there. A namespace
-//! outside the pipeline's scope is refused.
+//! any snapshot still running. A request made while no owner runs waits there. Requests that
+//! meet (two commands at once, or one while an initial or re-sync snapshot waits) are merged,
+//! never replaced (`Request::merge`). A namespace outside the pipeline's scope is refused.
 
 use std::io::Write;
 
@@ -17,7 +18,11 @@ use crate::snapshot::{Reason, Request};
 /// Stores the request of a snapshot of pipeline `name` (only `namespace`, `db.coll`, when
 /// given); prints what happens next. `Ok(false)` when it was refused (printed why).
 ///
-/// Errors: [`BridgeError::Checkpoint`] when MongoDB refuses or cannot be reached.
+/// A request already waiting is merged with this one (both are answered by one snapshot),
+/// never replaced.
+///
+/// Errors: [`BridgeError::Checkpoint`] when MongoDB refuses or cannot be reached;
+/// [`BridgeError::OffsetsDocument`] when the waiting request cannot be read.
 pub async fn run(
     config: &Config,
     name: &str,
@@ -41,7 +46,7 @@ pub async fn run(
     .await?;
     let request = Request {
         reason: Reason::Requested,
-        namespace,
+        namespaces: namespace.map(|ns| vec![ns]),
         requested_at: bson::DateTime::now(),
     };
     let by = format!("operator@{}", crate::offsets::hostname());
@@ -49,20 +54,34 @@ pub async fn run(
         .request_snapshot(name, &request, &by)
         .await;
     client.shutdown().immediate(true).await;
-    stored.map_err(|e| BridgeError::Checkpoint {
-        pipeline: name.to_owned(),
-        source: Box::new(e),
-    })?;
-    let what = request
-        .namespace
-        .as_ref()
-        .map_or_else(|| p.scope(), |(db, coll)| format!("{db}.{coll}"));
+    let stored = stored?;
     let _ = writeln!(
         out,
-        "✔ snapshot of {what} requested for pipeline {name:?}: its owner starts it within 5 s \
-         (after any snapshot still running), streaming on; `offsets show {name}` follows it"
+        "✔ snapshot of {} requested for pipeline {name:?}: its owner starts it within 5 s \
+         (after any snapshot still running), streaming on; `offsets show {name}` follows it",
+        scope_of(p, &request)
     );
+    if stored != request {
+        let _ = writeln!(
+            out,
+            "  merged with the request already waiting: one snapshot of {} ({})",
+            scope_of(p, &stored),
+            stored.reason.as_str()
+        );
+    }
     Ok(true)
+}
+
+/// What `request` copies of `p`'s scope, for people.
+fn scope_of(p: &PipelineConfig, request: &Request) -> String {
+    match &request.namespaces {
+        None => p.scope(),
+        Some(list) => list
+            .iter()
+            .map(|(db, coll)| format!("{db}.{coll}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// `ns` (`db.coll`) split, if it is inside `p`'s scope. Errors: why not.

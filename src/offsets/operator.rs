@@ -7,14 +7,19 @@
 //! A reset removes the stream identity (the next start records the configured one); accepting a
 //! configuration records it and keeps the position.
 
-use bson::{DateTime, Document, Timestamp, doc};
+use bson::{Bson, DateTime, Document, Timestamp, doc};
 use mongodb::error::Error as MongoError;
-use mongodb::options::WriteConcern;
 use mongodb::{Client, Collection};
 
+use super::snapshot::{request_doc, request_from};
+use super::store::majority;
 use super::{SCHEMA_VERSION, StreamIdentity, fields, moved_to};
 use crate::config::MongoConfig;
-use crate::error::{CODE_DUPLICATE_KEY, mongo_code};
+use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
+use crate::snapshot::Request;
+
+/// How often a snapshot request is merged again after another writer changed the waiting one.
+const REQUEST_ATTEMPTS: usize = 16;
 
 /// The offsets collection of a configuration.
 pub(crate) struct OffsetsAdmin {
@@ -38,25 +43,71 @@ impl OffsetsAdmin {
 
     /// Stores a snapshot request for pipeline `name` (creating its document if it has none),
     /// without touching its epoch: the owner is not fenced, it picks the request up while it
-    /// streams. A request already waiting is replaced.
+    /// streams. A request already waiting is merged with this one ([`Request::merge`]), never
+    /// replaced: the write is a compare-and-set on the waiting request as read, tried again
+    /// when another writer (a second `snapshot` command, the owner starting a snapshot) got
+    /// there first. Returns the request as stored.
+    ///
+    /// Errors: [`BridgeError::Checkpoint`] when MongoDB fails; [`BridgeError::OffsetsDocument`]
+    /// when the waiting request cannot be read, or kept changing for every attempt.
     pub(crate) async fn request_snapshot(
         &self,
         name: &str,
-        request: &crate::snapshot::Request,
+        request: &Request,
         by: &str,
-    ) -> Result<(), MongoError> {
-        let stored = super::snapshot::request_doc(request, by);
-        self.collection
-            .update_one(
-                doc! { fields::ID: name },
-                doc! { "$set": { fields::SNAPSHOT_REQUEST: stored },
-                "$setOnInsert": { fields::EVENTS_COMMITTED: 0_i64,
-                                  fields::SCHEMA_VERSION: SCHEMA_VERSION } },
-            )
-            .upsert(true)
-            .write_concern(WriteConcern::majority())
-            .await
-            .map(|_| ())
+    ) -> Result<Request, BridgeError> {
+        let failed = |e: MongoError| BridgeError::Checkpoint {
+            pipeline: name.to_owned(),
+            source: Box::new(e),
+        };
+        let invalid = |reason: String| BridgeError::OffsetsDocument {
+            pipeline: name.to_owned(),
+            reason,
+        };
+        for _ in 0..REQUEST_ATTEMPTS {
+            let Some(current) = self.find(name).await.map_err(failed)? else {
+                let created = doc! {
+                    fields::ID: name,
+                    fields::SNAPSHOT_REQUEST: request_doc(request, by),
+                    fields::EVENTS_COMMITTED: 0_i64,
+                    fields::SCHEMA_VERSION: SCHEMA_VERSION,
+                };
+                match self
+                    .collection
+                    .insert_one(created)
+                    .write_concern(majority())
+                    .await
+                {
+                    Ok(_) => return Ok(request.clone()),
+                    Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => continue,
+                    Err(e) => return Err(failed(e)),
+                }
+            };
+            let stored = match request_from(&current).map_err(invalid)? {
+                Some(waiting) => waiting.merge(request.clone()),
+                None => request.clone(),
+            };
+            let seen = current
+                .get(fields::SNAPSHOT_REQUEST)
+                .cloned()
+                .unwrap_or(Bson::Null);
+            let applied = self
+                .collection
+                .update_one(
+                    doc! { fields::ID: name, fields::SNAPSHOT_REQUEST: seen },
+                    doc! { "$set": { fields::SNAPSHOT_REQUEST: request_doc(&stored, by) } },
+                )
+                .write_concern(majority())
+                .await
+                .map_err(failed)?;
+            if applied.matched_count == 1 {
+                return Ok(stored);
+            }
+        }
+        Err(invalid(format!(
+            "its snapshot request changed {REQUEST_ATTEMPTS} times while this one was being \
+             merged with it: run the command again"
+        )))
     }
 
     /// Every document, by pipeline name.
@@ -90,7 +141,7 @@ impl OffsetsAdmin {
             let result = self
                 .collection
                 .delete_one(doc! { fields::ID: name, fields::EPOCH: { "$exists": false } })
-                .write_concern(WriteConcern::majority())
+                .write_concern(majority())
                 .await?;
             return Ok(result.deleted_count == 1);
         };
@@ -113,7 +164,7 @@ impl OffsetsAdmin {
         let result = self
             .collection
             .replace_one(doc! { fields::ID: name, fields::EPOCH: epoch }, kept)
-            .write_concern(WriteConcern::majority())
+            .write_concern(majority())
             .await?;
         Ok(result.matched_count == 1)
     }
@@ -192,7 +243,7 @@ impl OffsetsAdmin {
         let result = self
             .collection
             .update_one(filter, update)
-            .write_concern(WriteConcern::majority())
+            .write_concern(majority())
             .await?;
         Ok(result.matched_count == 1)
     }
@@ -212,7 +263,7 @@ impl OffsetsAdmin {
         match self
             .collection
             .insert_one(fields_set)
-            .write_concern(WriteConcern::majority())
+            .write_concern(majority())
             .await
         {
             Ok(_) => Ok(true),

@@ -4,7 +4,8 @@
 //! Shape (README, "Offsets"):
 //! `snapshot: {id, reason, startedAt, requestedAt?, filter?, namespaces: [{db, coll, started,
 //! lastId?, copied, changes?, done}]}`,
-//! `snapshotRequest: {reason, namespace: "db.coll" | null, requestedAt, by}`,
+//! `snapshotRequest: {reason, namespace: null | "db.coll" | ["db.a", "db.b", …], requestedAt, by}`
+//! (null: the whole scope; an array when requests for several namespaces were merged),
 //! `lastSnapshot: {id, reason, startedAt, finishedAt, copied}`.
 //!
 //! Invariants: `lastId` keeps the server's BSON value and type (any `_id` type but array,
@@ -63,9 +64,12 @@ pub(crate) fn finished_doc(state: &SnapshotState) -> Document {
 
 /// `request` as stored, by `by` (an owner string or `operator@host`).
 pub(crate) fn request_doc(request: &Request, by: &str) -> Document {
-    let namespace = request.namespace.as_ref().map_or(Bson::Null, |(db, coll)| {
-        Bson::String(format!("{db}.{coll}"))
-    });
+    let name = |(db, coll): &(String, String)| Bson::String(format!("{db}.{coll}"));
+    let namespace = match request.namespaces.as_deref() {
+        None => Bson::Null,
+        Some([one]) => name(one),
+        Some(list) => Bson::Array(list.iter().map(name).collect()),
+    };
     doc! {
         "reason": request.reason.as_str(),
         "namespace": namespace,
@@ -136,6 +140,26 @@ pub(crate) fn state_from(d: &Document) -> Result<Option<SnapshotState>, String> 
     }))
 }
 
+/// `ns` (`db.coll`) split. Errors: the sentence naming the field.
+fn namespace_from(ns: &str) -> Result<(String, String), String> {
+    match ns.split_once('.') {
+        Some((db, coll)) if !db.is_empty() && !coll.is_empty() => {
+            Ok((db.to_owned(), coll.to_owned()))
+        }
+        _ => Err(format!(
+            "{}.namespace must be \"db.collection\"",
+            fields::SNAPSHOT_REQUEST
+        )),
+    }
+}
+
+fn not_a_namespace() -> String {
+    format!(
+        "{}.namespace must be null, a string or a non-empty array of strings",
+        fields::SNAPSHOT_REQUEST
+    )
+}
+
 /// The snapshot request stored in `d`, if any. Errors: a sentence naming the wrong field.
 pub(crate) fn request_from(d: &Document) -> Result<Option<Request>, String> {
     let r = match d.get(fields::SNAPSHOT_REQUEST) {
@@ -148,29 +172,26 @@ pub(crate) fn request_from(d: &Document) -> Result<Option<Request>, String> {
         .ok()
         .and_then(Reason::parse)
         .unwrap_or(Reason::Requested);
-    let namespace = match r.get("namespace") {
+    let namespaces = match r.get("namespace") {
         None | Some(Bson::Null) => None,
-        Some(Bson::String(ns)) => match ns.split_once('.') {
-            Some((db, coll)) if !db.is_empty() && !coll.is_empty() => {
-                Some((db.to_owned(), coll.to_owned()))
+        Some(Bson::String(ns)) => Some(vec![namespace_from(ns)?]),
+        Some(Bson::Array(list)) if !list.is_empty() => {
+            let mut out = Vec::with_capacity(list.len());
+            for item in list {
+                match item {
+                    Bson::String(ns) => out.push(namespace_from(ns)?),
+                    _ => return Err(not_a_namespace()),
+                }
             }
-            _ => {
-                return Err(format!(
-                    "{}.namespace must be \"db.collection\"",
-                    fields::SNAPSHOT_REQUEST
-                ));
-            }
-        },
-        Some(_) => {
-            return Err(format!(
-                "{}.namespace must be a string",
-                fields::SNAPSHOT_REQUEST
-            ));
+            out.sort();
+            out.dedup();
+            Some(out)
         }
+        Some(_) => return Err(not_a_namespace()),
     };
     Ok(Some(Request {
         reason,
-        namespace,
+        namespaces,
         requested_at: r
             .get_datetime("requestedAt")
             .copied()
@@ -223,15 +244,42 @@ mod tests {
     }
 
     #[test]
-    fn a_request_names_its_namespace_or_none() {
+    fn a_request_names_its_namespaces_or_none() {
         let at = DateTime::from_millis(5);
         let request = Request {
             reason: Reason::Requested,
-            namespace: Some(("shop".into(), "orders.v2".into())),
+            namespaces: Some(vec![("shop".into(), "orders.v2".into())]),
             requested_at: at,
         };
         let stored = doc! { fields::SNAPSHOT_REQUEST: request_doc(&request, "me") };
-        assert_eq!(request_from(&stored), Ok(Some(request)));
+        assert_eq!(
+            stored
+                .get_document("snapshotRequest")
+                .unwrap()
+                .get_str("namespace"),
+            Ok("shop.orders.v2")
+        );
+        assert_eq!(request_from(&stored), Ok(Some(request.clone())));
+        let two = Request {
+            reason: Reason::HistoryLost,
+            namespaces: Some(vec![("a".into(), "x".into()), ("b".into(), "y".into())]),
+            requested_at: at,
+        };
+        let stored = doc! { fields::SNAPSHOT_REQUEST: request_doc(&two, "me") };
+        assert_eq!(request_from(&stored), Ok(Some(two)));
+        let whole = Request {
+            namespaces: None,
+            ..request.clone()
+        };
+        let stored = doc! { fields::SNAPSHOT_REQUEST: request_doc(&whole, "me") };
+        assert_eq!(request_from(&stored), Ok(Some(whole)));
+        for bad in [bson::bson!([]), bson::bson!(["a.b", 3]), bson::bson!(7)] {
+            let stored = doc! { fields::SNAPSHOT_REQUEST: { "namespace": bad } };
+            assert_eq!(
+                request_from(&stored),
+                Err("snapshotRequest.namespace must be null, a string or a non-empty array of strings".to_owned())
+            );
+        }
         let bad = doc! { fields::SNAPSHOT_REQUEST: { "namespace": "orders" } };
         assert_eq!(
             request_from(&bad),

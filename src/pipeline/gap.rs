@@ -118,7 +118,7 @@ pub(super) async fn skip(
         resync: (ctx.pipeline.on_history_lost == crate::config::OnHistoryLost::Snapshot).then(
             || crate::snapshot::Request {
                 reason: crate::snapshot::Reason::HistoryLost,
-                namespace: None,
+                namespaces: None,
                 requested_at: bson::DateTime::now(),
             },
         ),

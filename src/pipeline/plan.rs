@@ -99,10 +99,11 @@ pub(super) async fn prepare(
         }
     }
     let creator = topic_creator(ctx).await?;
-    let job = match (&offsets.snapshot, &offsets.snapshot_request, initial) {
+    let job = match (&offsets.snapshot, initial, &offsets.snapshot_request) {
         (Some(state), _, _) => Some(Job::Resume(state.clone())),
-        (None, Some(request), _) => Some(Job::New(request.clone())),
-        (None, None, initial) => initial.map(Job::New),
+        // The initial request as stored above (a waiting request merged into it).
+        (None, Some(initial), _) => Some(Job::New(initial)),
+        (None, None, waiting) => waiting.clone().map(Job::New),
     };
     Ok(Some(RunPlan {
         epoch,

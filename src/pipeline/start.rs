@@ -76,16 +76,25 @@ pub(super) fn log_start(p: &PipelineConfig, offsets: &OffsetsDoc, start: &Start)
 }
 
 /// The request of an initial snapshot, when `p` has `snapshot = "initial"` and its offsets have
-/// neither a stream position nor a snapshot (running or requested). After an `offsets reset`
-/// there is a position: no snapshot unless requested.
+/// neither a stream position nor a running snapshot, and no request for the whole scope waits.
+/// After an `offsets reset` there is a position: no snapshot unless requested. An operator's
+/// request for some namespaces made before the first start is merged into the initial copy
+/// (which copies the whole scope), not taken for it.
 pub(super) fn initial_snapshot(p: &PipelineConfig, offsets: &OffsetsDoc) -> Option<Request> {
     let positioned = offsets.resume_token.is_some() || offsets.start_at_operation_time.is_some();
-    let snapshotting = offsets.snapshot.is_some() || offsets.snapshot_request.is_some();
-    (p.snapshot == SnapshotMode::Initial && !positioned && !snapshotting).then(|| Request {
+    if p.snapshot != SnapshotMode::Initial || positioned || offsets.snapshot.is_some() {
+        return None;
+    }
+    let initial = Request {
         reason: Reason::Initial,
-        namespace: None,
+        namespaces: None,
         requested_at: bson::DateTime::now(),
-    })
+    };
+    match &offsets.snapshot_request {
+        None => Some(initial),
+        Some(waiting) if waiting.namespaces.is_some() => Some(waiting.clone().merge(initial)),
+        Some(_) => None,
+    }
 }
 
 /// Commits the stream's first `token` before any event is read (case C27).
@@ -178,5 +187,36 @@ mod tests {
             start_of(&pipeline(), &OffsetsDoc::default()),
             Ok(Start::Now)
         ));
+    }
+
+    #[test]
+    fn an_initial_copy_is_not_narrowed_by_a_request_waiting_before_the_first_start() {
+        let p = PipelineConfig::for_test(
+            "database = \"shop\"\nsnapshot = \"initial\"\nfull_document = \"update_lookup\"\n",
+        );
+        let narrow = Request {
+            reason: Reason::Requested,
+            namespaces: Some(vec![("shop".into(), "orders".into())]),
+            requested_at: bson::DateTime::from_millis(1),
+        };
+        let waiting = OffsetsDoc {
+            snapshot_request: Some(narrow),
+            ..OffsetsDoc::default()
+        };
+        let initial = initial_snapshot(&p, &waiting).expect("the initial copy still runs");
+        assert_eq!(
+            (initial.reason, initial.namespaces),
+            (Reason::Initial, None)
+        );
+        // a request for the whole scope already waiting is the initial copy itself
+        let whole = OffsetsDoc {
+            snapshot_request: Some(Request {
+                namespaces: None,
+                ..waiting.snapshot_request.clone().expect("set above")
+            }),
+            ..OffsetsDoc::default()
+        };
+        assert_eq!(initial_snapshot(&p, &whole), None);
+        assert!(initial_snapshot(&p, &OffsetsDoc::default()).is_some());
     }
 }

@@ -18,7 +18,7 @@ use crate::config::names::OffsetsLocation;
 /// Databases a deployment-scope snapshot never copies.
 pub(crate) const INTERNAL_DATABASES: [&str; 3] = ["admin", "config", "local"];
 
-/// The namespaces `p` copies, in name order; `only`: just this one (a request naming it).
+/// The namespaces `p` copies, in name order; `only`: just these (a request naming them).
 /// `offsets`: where the bridge's own collections are.
 ///
 /// Errors: the driver's (listing databases or collections).
@@ -26,10 +26,10 @@ pub(crate) async fn namespaces(
     client: &Client,
     p: &PipelineConfig,
     offsets: &OffsetsLocation,
-    only: Option<&(String, String)>,
+    only: Option<&[(String, String)]>,
 ) -> Result<Vec<(String, String)>, mongodb::error::Error> {
-    if let Some((db, coll)) = only {
-        return Ok(vec![(db.clone(), coll.clone())]);
+    if let Some(list) = only {
+        return Ok(list.to_vec());
     }
     let databases = match (&p.database, &p.collection) {
         (Some(db), Some(coll)) => return Ok(vec![(db.clone(), coll.clone())]),

@@ -122,7 +122,7 @@ impl<'a> Copy<'a> {
                     &copier.client,
                     p,
                     &copier.offsets,
-                    request.namespace.as_ref(),
+                    request.namespaces.as_deref(),
                 )
                 .await
                 .map_err(|source| BridgeError::Copy {

@@ -5,9 +5,11 @@
 //!
 //! The snapshot under faults (kills during the copy, a copy longer than the oplog window, a
 //! re-sync after a history loss) is in the fault binary (`tests/faults/snapshot.rs`). The
-//! checks that a copy never finishes short are in `snapshot/checks.rs`.
+//! checks that a copy never finishes short are in `snapshot/checks.rs`; requests that meet in
+//! `snapshot/requests.rs`.
 
 mod checks;
+mod requests;
 mod unusual;
 
 use std::time::Duration;

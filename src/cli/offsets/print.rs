@@ -106,7 +106,7 @@ mod state_tests {
         );
         let request = Request {
             reason: Reason::Requested,
-            namespace: None,
+            namespaces: None,
             requested_at: DateTime::now(),
         };
         parsed.snapshot_request = Some(request.clone());
