@@ -14,7 +14,8 @@
 //!   instance's wait; `missing_topic.rs`: a topic the cluster does not have, made visible;
 //! - `run.rs`: one run, from its plan (`plan.rs`: what to read, where to start, how to
 //!   deliver; `start.rs`: where to start) to its stages (`stage.rs`); `hold.rs`: the lease held
-//!   while a run starts; `exactly_once.rs`: the start of an exactly-once run.
+//!   while a run starts; `exactly_once.rs`: the start of an exactly-once run; `waiting.rs`: a
+//!   start step that waits long on MongoDB, said in the log and `/readyz`.
 
 mod context;
 mod exactly_once;
@@ -28,6 +29,7 @@ mod run;
 mod stage;
 mod standby;
 mod start;
+mod waiting;
 
 pub(crate) use context::PipelineContext;
 pub(crate) use lifecycle::{Ended, run};

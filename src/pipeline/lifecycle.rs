@@ -16,6 +16,7 @@
 //! - A pipeline that stops on a failure says so where operators look: `/readyz` names it with
 //!   the error and the remedy, and `…_pipeline_failed` is 1 until its next run begins.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -26,6 +27,7 @@ use super::gap::skip;
 use super::policy::{self, Action, Attempts, backoff, explain};
 use super::stage::cancellable;
 use super::standby;
+use super::waiting::said;
 use crate::config::Delivery;
 use crate::error::{BridgeError, ErrorClass};
 use crate::offsets::OffsetsStore;
@@ -48,6 +50,10 @@ pub(crate) enum Ended {
     Fenced,
 }
 
+/// How much longer than `max_await_time_ms` a `getMore` (or a start step, `waiting.rs`) may
+/// wait for MongoDB before the pipeline is reported not ready (ms).
+const SERVER_ANSWER_GRACE_MS: u64 = 2000;
+
 /// Runs the pipeline until `cancel` fires (`Ok(Stopped)`), the configuration is refused
 /// (`Ok(Refused)`), or a failure the policy stops on (`Err`).
 pub(crate) async fn run(
@@ -57,6 +63,11 @@ pub(crate) async fn run(
     let store = ctx.store();
     let mut epoch = None;
     ctx.metrics.failed.set(0); // the roster's start forgot the last run's end in `health`
+    let answer_bound = ctx.config.bridge.max_await_time_ms + SERVER_ANSWER_GRACE_MS;
+    let answer_bound = i64::try_from(answer_bound).unwrap_or(i64::MAX);
+    ctx.health
+        .server_answer_bound_ms
+        .store(answer_bound, Ordering::Relaxed);
     let result = match preflight(&ctx, &cancel).await {
         Ok(()) => lifecycle(&mut ctx, &store, &cancel, &mut epoch).await,
         Err(e) => Err(e),
@@ -95,9 +106,9 @@ pub(crate) async fn run(
 /// MongoDB can never watch (case C23).
 async fn preflight(ctx: &PipelineContext, cancel: &CancellationToken) -> Result<(), BridgeError> {
     let p = &ctx.pipeline;
-    if let Some(Some(reason)) =
-        cancellable(cancel, crate::source::stream::unwatchable(&ctx.client, p)).await
-    {
+    let check = crate::source::stream::unwatchable(&ctx.client, p);
+    let what = "checking that the namespace can be watched (listCollections)";
+    if let Some(Some(reason)) = cancellable(cancel, said(&p.name, &ctx.health, what, check)).await {
         let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);
         return Err(BridgeError::Config {
             field: format!("pipelines[{}].collection", index.unwrap_or(0)),
@@ -294,9 +305,21 @@ async fn run_owned(
     cancel: &CancellationToken,
     epoch: &mut Option<i64>,
 ) -> Option<BridgeError> {
+    let (name, health) = (&ctx.pipeline.name, &ctx.health);
     let offsets = match *epoch {
-        None => cancellable(cancel, store.take()).await?,
-        Some(held) => cancellable(cancel, store.load(held)).await?,
+        None => {
+            let take = said(name, health, "taking its offsets document", store.take());
+            cancellable(cancel, take).await?
+        }
+        Some(held) => {
+            let load = said(
+                name,
+                health,
+                "reading its offsets document",
+                store.load(held),
+            );
+            cancellable(cancel, load).await?
+        }
     };
     let offsets = match offsets {
         Ok(offsets) => offsets,

@@ -16,16 +16,13 @@ use tracing::{info, warn};
 use super::context::PipelineContext;
 use super::stage::cancellable;
 use super::start::{commit_initial, initial_snapshot, log_start, lost_history, start_of};
+use super::waiting::said;
 use crate::encode::topics;
 use crate::error::BridgeError;
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::source::copying::Job;
 use crate::source::stream::{self, RawStream, Start, StreamSpec};
-
-/// How much longer than `max_await_time_ms` a `getMore` may take before the pipeline is reported
-/// not ready (ms).
-const SERVER_ANSWER_GRACE_MS: u64 = 2000;
 
 /// What one run reads, where it starts and how it delivers.
 pub(super) struct RunPlan {
@@ -58,17 +55,20 @@ pub(super) async fn prepare(
         .expect("a taken or reloaded offsets document has an epoch");
     let start = start_of(p, offsets)?;
     log_start(p, offsets, &start);
-    let answer_bound = b.max_await_time_ms.saturating_add(SERVER_ANSWER_GRACE_MS);
-    ctx.health
-        .server_answer_bound_ms
-        .store(answer_bound as i64, Ordering::Relaxed);
     let offsets_location = ctx.config.mongodb.offsets();
     let spec = StreamSpec {
         pipeline: p,
         offsets: &offsets_location,
         max_await: Duration::from_millis(b.max_await_time_ms),
     };
-    let opened = cancellable(cancel, stream::open_splitting(&ctx.client, &spec, &start));
+    let open = stream::open_splitting(&ctx.client, &spec, &start);
+    let open = said(
+        &p.name,
+        &ctx.health,
+        "opening the change stream (aggregate)",
+        open,
+    );
+    let opened = cancellable(cancel, open);
     let Some(opened) = opened.await else {
         return Ok(None);
     };

@@ -1,12 +1,13 @@
 //! Readiness and metrics under server faults, each test on its own `scripts/services` instance
-//! (they stop or freeze servers, or set server-wide fail points). They skip when the servers
+//! (they stop or freeze servers, or set server-wide fail points), and a start that waits on a
+//! server which answers nothing, said in the log and `/readyz`. They skip when the servers
 //! are external (`MKB_SERVICES_MANAGED` unset). Ordinary tests of this binary (see `main.rs`).
 
 use std::time::Duration;
 
 use bson::doc;
 
-use crate::common::bridge::spawn_binary;
+use crate::common::bridge::{BridgeProc, log_lines, spawn_binary};
 use crate::common::config::{config, config_file};
 use crate::common::mongo::fail_point;
 use crate::common::observe::{get, try_get};
@@ -159,4 +160,54 @@ async fn history_headroom_is_absent_with_a_log_line_when_the_oplog_cannot_be_rea
         log.contains("find on local.oplog.rs") && log.contains("Unauthorized"),
         "{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_that_waits_on_a_frozen_server_says_what_it_waits_for() {
+    let Some(_turn) = turn("ops").await else {
+        return;
+    };
+    let Some(instance) = Instance::managed("ops-wait", &[]) else {
+        return;
+    };
+    // GIVEN a server that answers nothing (as one still busy with a killed process's queries,
+    // or unreachable) when a bridge starts
+    let db = unique("wait");
+    let text = toml(&instance.mongo_uri, &instance.kafka, &db, "127.0.0.1:0");
+    let file = config_file(&text);
+    instance.services(&["freeze", "mongo"]);
+    let log = file.path().with_extension("log");
+    let mut bridge = BridgeProc::spawn(file.path(), log);
+    let addr = bridge.metrics_addr(Duration::from_secs(60));
+    let addr: std::net::SocketAddr = addr.parse().expect("a socket address");
+    // WHEN it has waited longer than the first note (10 s)
+    let waiting = eventually(Duration::from_secs(120), "a waiting line", || async {
+        let lines = log_lines(&bridge.log_text());
+        lines.into_iter().find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("still waiting for MongoDB to answer: "))
+        })
+    })
+    .await;
+    // THEN the log names the pipeline, the step and where to look, and /readyz says it too
+    let message = waiting["message"].as_str().unwrap_or_default();
+    assert!(message.contains("db.currentOp"), "{waiting}");
+    assert_eq!(waiting["pipeline"], "orders", "{waiting}");
+    let (code, body) = get(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("pipeline orders: no answer from MongoDB"),
+        "{body}"
+    );
+    // AND once the server answers, the step's end is said and the pipeline becomes ready
+    instance.services(&["thaw", "mongo"]);
+    ready(addr, 200, "ready").await;
+    let answered = log_lines(&bridge.log_text()).into_iter().any(|l| {
+        l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("MongoDB answered: "))
+    });
+    assert!(answered, "{}", bridge.log_tail(20));
+    bridge.stop(Duration::from_secs(30));
 }
