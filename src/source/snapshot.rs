@@ -13,7 +13,9 @@
 //! point attached (progress of the last document of each batch, markers' delivery), so the
 //! relay's delivered prefix carries a consistent (resume token, copy progress) pair; a
 //! namespace's `snapshot_start` precedes its first document and its `snapshot_end` follows its
-//! last; a cancelled source drops the cursors (the driver kills them).
+//! last; a cancelled source drops the cursors (the driver kills them); a wait for the server
+//! (not for room in the channel) is timed for readiness, as the stream's alone is
+//! (`reader.rs`), so a server that answers nothing during a copy makes the pipeline not ready.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,7 +30,7 @@ use super::copying::{Copier, Copy, CopyRead, Job, Out};
 use super::reader::{self, Channel, StreamReader};
 use crate::error::BridgeError;
 use crate::event::SourceItem;
-use crate::observe::health::PipelineHealth;
+use crate::observe::health::{PipelineHealth, now_ms};
 use crate::snapshot::Request;
 use crate::snapshot::sequence::HOLD_ITEMS;
 
@@ -70,18 +72,31 @@ pub(crate) async fn stage(
 }
 
 /// Copies while streaming until every namespace's end marker entered the channel; returns the
-/// reader to stream on (`None`: cancelled or the relay is gone). The stream's `getMore` is not
-/// timed for readiness here (`awaiting_server_since_ms` stays 0): its reply may wait unpolled
-/// while the channel is full, which is backpressure, not a silent server.
+/// reader to stream on (`None`: cancelled or the relay is gone).
+///
+/// Readiness: the wait for the server is timed (`awaiting_server_since_ms`) from the copy's
+/// next requests until a reply (a copy batch, or the stream's `getMore`, which answers within
+/// `max_await_time_ms` even when idle) wakes the loop; a server that answers nothing, frozen or
+/// unreachable while the driver retries, makes the pipeline not ready after the bound. Time
+/// spent handing items to a full channel is not counted: a reply waiting unpolled then is
+/// backpressure, not a silent server.
 async fn run(
     reader: StreamReader,
     channel: &Channel,
     cancel: &CancellationToken,
-    _health: &PipelineHealth,
+    health: &PipelineHealth,
     copier: &Copier,
     job: Job,
 ) -> Result<Option<StreamReader>, BridgeError> {
+    let awaiting = |on: bool| {
+        let since = if on { now_ms() } else { 0 };
+        health
+            .awaiting_server_since_ms
+            .store(since, Ordering::Relaxed);
+    };
+    awaiting(true);
     let mut copy = Copy::prepare(copier, job).await?;
+    awaiting(false);
     let mut reader = Some(reader);
     let mut stream: Option<BoxFuture<'static, StreamRead>> = None;
     loop {
@@ -95,6 +110,7 @@ async fn run(
         if copy.pending.is_empty() && copy.copies.is_empty() && copy.seq.is_empty() && !waiting {
             break;
         }
+        awaiting(true);
         copy.issue().await;
         if stream.is_none() && copy.seq.held() < HOLD_ITEMS {
             let owned = reader
@@ -110,6 +126,7 @@ async fn run(
             read = async { stream.as_mut().expect("guarded by the condition").await },
                 if stream.is_some() => Woke::Stream(read),
         };
+        awaiting(false);
         match woke {
             Woke::Copy(read) => copy.answered(read)?,
             Woke::Stream((back, next)) => {
@@ -128,7 +145,9 @@ async fn run(
     }
     copy.finished();
     if let Some(read) = stream {
+        awaiting(true);
         let (back, next) = read.await;
+        awaiting(false);
         reader = Some(back);
         if let Some(item) = next?
             && !channel.send(item, cancel).await

@@ -101,6 +101,16 @@ pub async fn collect_raw_quiet(topic: &str, quiet: Duration, timeout: Duration) 
     raw_from(&kafka_bootstrap(), topic, 1, quiet, timeout).await
 }
 
+/// [`collect_raw_quiet`] on `bootstrap`.
+pub async fn collect_raw_quiet_at(
+    bootstrap: &str,
+    topic: &str,
+    quiet: Duration,
+    timeout: Duration,
+) -> Vec<RawRecord> {
+    raw_from(bootstrap, topic, 1, quiet, timeout).await
+}
+
 /// Reads every partition of `topic` from the beginning (no consumer group) until `count`
 /// records arrived or `timeout` passed; returns them ordered by partition, then offset.
 pub async fn collect(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use bson::{Bson, Document, RawDocument, doc};
 use mongodb::Collection;
 
-use crate::common::collect::{RawRecord, collect_raw_quiet};
+use crate::common::collect::{RawRecord, collect_raw_quiet_at};
 use crate::common::mongo::wait_offsets;
+use crate::common::servers::kafka_bootstrap;
 
 /// The compacted view of `records`: per key, its last record (markers left out). Asserts that
 /// every document has one key only (a copied record's key is byte-identical to its events').
@@ -126,6 +127,28 @@ pub async fn assert_mirror(coll: &Collection<Document>, records: &[RawRecord]) {
     assert!(twice.is_empty(), "documents under two keys: {twice:?}");
 }
 
+/// How many documents of the collection have no live record in the compacted view (a count
+/// for a report; [`assert_mirror`] checks every document's content).
+pub async fn missing_from_mirror(coll: &Collection<Document>, records: &[RawRecord]) -> usize {
+    use futures::TryStreamExt;
+    let live: HashSet<String> = compacted(records)
+        .iter()
+        .filter(|(_, r)| r.value.is_some())
+        .map(|(k, _)| format!("{:?}", key_id(k)))
+        .collect();
+    let ids: Vec<Document> = coll
+        .find(doc! {})
+        .projection(doc! { "_id": 1 })
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    ids.iter()
+        .filter(|d| !live.contains(&format!("{:?}", d.get("_id").unwrap())))
+        .count()
+}
+
 /// The pipeline lines of a snapshot pipeline writing BSON values to `topic`.
 pub fn snapshot_lines(topic: &str, extra: &str) -> String {
     format!(
@@ -149,14 +172,28 @@ pub async fn wait_finished(
 
 /// Inserts a sentinel document and reads the topic until its record arrived; every record.
 pub async fn settle(coll: &Collection<Document>, topic: &str) -> Vec<RawRecord> {
+    settle_at(&kafka_bootstrap(), coll, topic).await
+}
+
+/// [`settle`] on the Kafka at `bootstrap`.
+pub async fn settle_at(
+    bootstrap: &str,
+    coll: &Collection<Document>,
+    topic: &str,
+) -> Vec<RawRecord> {
     let sentinel = bson::oid::ObjectId::new();
     coll.insert_one(doc! { "_id": sentinel, "v": 0_i64, "sentinel": true })
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let records =
-            collect_raw_quiet(topic, Duration::from_secs(2), Duration::from_secs(60)).await;
+        let records = collect_raw_quiet_at(
+            bootstrap,
+            topic,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        )
+        .await;
         let found = records.iter().any(|r| {
             r.value
                 .as_deref()

@@ -19,9 +19,12 @@
 //!   10 s and restarts one after 3 failures, while a chaos loop kill -9s a random member every
 //!   30–60 s and starts it again; 0 events lost, no probe restart, every pipeline's epoch only
 //!   goes up. 10 minutes, `MKB_FAULTS_KUBELET_S=<seconds>` for another duration.
+//! - `snapfreeze` (long form only): MongoDB frozen (SIGSTOP) for 30 s in the middle of a
+//!   40 000-document copy under a writer; the copy finishes, the topic mirrors the collection,
+//!   `/readyz` names the pipeline during the freeze.
 //! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
-//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, kubelet, eos, eostxn,
-//!   eosfreeze, eosfence, eosreset, eostimeout, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
+//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, kubelet, snapfreeze,
+//!   eos, eostxn, eosfreeze, eosfence, eosreset, eostimeout, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
@@ -56,6 +59,7 @@ mod run;
 mod samples;
 mod secrets;
 mod security;
+mod snapfreeze;
 mod stage;
 
 // Ordinary tests.
@@ -138,6 +142,15 @@ async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
     suite
         .run("mongo", "MongoDB restarted", outages::mongo_restart(ctx))
         .await;
+    if ctx.long {
+        suite
+            .run(
+                "snapfreeze",
+                "MongoDB frozen mid-copy",
+                snapfreeze::mongo_frozen_mid_copy(ctx),
+            )
+            .await;
+    }
     suite
         .run("fence", "two instances", fencing::two_instances(ctx))
         .await;

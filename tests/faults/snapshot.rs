@@ -1,7 +1,8 @@
 //! The snapshot under faults: `kill -9` during the copy (it resumes after the committed `_id`),
-//! a copy longer than the oplog window (on a server of its own keeping 1 000 entries), and a
-//! re-sync after a real history loss swept by the markers. Ordinary tests of this binary (see
-//! `main.rs`).
+//! a copy longer than the oplog window (on a server of its own keeping 1 000 entries), a
+//! re-sync after a real history loss swept by the markers, and the server frozen (SIGSTOP) in the
+//! middle of a copy (`/readyz` names the pipeline; the long form's `snapfreeze` freezes it for
+//! 30 s under a writer). Ordinary tests of this binary (see `main.rs`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -17,7 +18,9 @@ use crate::common::mirror::copied;
 use crate::common::mirror::{
     assert_mirror, compacted, settle, snapshot_lines, swept, wait_finished,
 };
-use crate::common::mongo::{APP_NAME, fail_point, fill_oplog, mongo, offsets_doc, wait_offsets};
+use crate::common::mongo::{
+    APP_NAME, fail_point, fail_point_off, fill_oplog, mongo, offsets_doc, wait_offsets,
+};
 use crate::common::observe::get;
 use crate::common::servers::Instance;
 use crate::common::snapshot::{seed, write_paced, write_while};
@@ -258,4 +261,78 @@ async fn history_lost_re_syncs_by_snapshot_and_the_swept_mirror_forgets_what_was
     let compacted = compacted(&records);
     let lingering = compacted.values().filter(|r| r.value.is_some()).count();
     assert_eq!(lingering, docs.len() + 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_frozen_during_a_copy_makes_the_pipeline_not_ready_and_the_copy_finishes() {
+    let Some(_turn) = turn("snapshot").await else {
+        return;
+    };
+    let Some(server) = Instance::mongo("snapfrozen", &[]) else {
+        return;
+    };
+    // GIVEN a copy of 3 000 documents, 10 at a time, each `find` 50 ms slower until the thaw
+    // (15 s or more: the freeze surely lands in the middle)
+    let client = server.client().await;
+    let (db, topic, name) = (
+        unique("snapfrozen"),
+        unique("snapfrozen"),
+        unique("snapfrozen"),
+    );
+    create_topic(&topic, 1).await;
+    let coll = client.database(&db).collection::<Document>("items");
+    let docs: Vec<Document> = (0..3000_i64)
+        .map(|i| doc! { "_id": 7_000_000_000 + i, "v": 0_i64 })
+        .collect();
+    coll.insert_many(docs).await.unwrap();
+    let lines = snapshot_lines(&topic, "snapshot_batch_size = 10\n");
+    let text = server.config(&name, &db, Some("items"), &lines);
+    let slow = doc! {
+        "failCommands": ["find"], "blockConnection": true, "blockTimeMS": 50, "appName": APP_NAME,
+    };
+    fail_point(&client, "alwaysOn", slow).await;
+    let bridge = start_bridge(&text).await;
+    wait_offsets(&client, &db, &name, Duration::from_secs(120), |d| {
+        copied(d) >= 50
+    })
+    .await;
+    // WHEN the server is frozen (SIGSTOP) in the middle of the copy
+    server.services(&["freeze", "mongo"]);
+    let said = not_ready_within(bridge.metrics_addr(), &name, Duration::from_secs(30)).await;
+    server.services(&["thaw", "mongo"]);
+    fail_point_off(&client).await;
+    // THEN /readyz said so, naming the pipeline; after the thaw the copy finishes and the
+    // mirror holds
+    assert!(
+        said.0 != 200 && said.1.contains(&format!("pipeline {name}:")),
+        "/readyz on a frozen server: {said:?}"
+    );
+    wait_finished(&client, &db, &name, Duration::from_secs(300)).await;
+    let records = settle(&coll, &topic).await;
+    let ready = get(bridge.metrics_addr(), "/readyz").await;
+    bridge.shutdown();
+    bridge
+        .wait()
+        .await
+        .expect("a freeze does not stop the pipeline");
+    assert_eq!(ready.0, 200, "{ready:?}");
+    assert_mirror(&coll, &records).await;
+}
+
+/// `/readyz` once it answers 503 with "pipeline `name`: no answer from MongoDB", polled until
+/// `timeout`; its last answer otherwise.
+async fn not_ready_within(
+    addr: std::net::SocketAddr,
+    name: &str,
+    timeout: Duration,
+) -> (u16, String) {
+    let deadline = std::time::Instant::now() + timeout;
+    let reason = format!("pipeline {name}: no answer from MongoDB");
+    loop {
+        let answer = get(addr, "/readyz").await;
+        if (answer.0 != 200 && answer.1.contains(&reason)) || std::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
