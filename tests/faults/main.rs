@@ -20,7 +20,7 @@
 //!   30–60 s and starts it again; 0 events lost, no probe restart, every pipeline's epoch only
 //!   goes up. 10 minutes, `MKB_FAULTS_KUBELET_S=<seconds>` for another duration.
 //! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
-//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, kubelet, eos, eostxn,
+//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, groupreuse, kubelet, eos, eostxn,
 //!   eosfreeze, eosfence, eosreset, eostimeout, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
@@ -109,6 +109,13 @@ async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
             "groupfull",
             "group: a new slot gets its partition",
             group::slots::no_partition_for_a_new_slot(ctx),
+        )
+        .await;
+    suite
+        .run(
+            "groupreuse",
+            "group: slot reuse after offsets reset --delete",
+            group::reuse::slot_reuse(ctx),
         )
         .await;
     if ctx.long {
