@@ -23,13 +23,16 @@
 //!   hands a slot on only after its pipeline here drained and released its lease.
 //! - A slot this member's configuration does not know (a newer configuration allocated it) is
 //!   not run, and makes the member not ready with the reason until the configurations agree.
+//! - What a slot runs is decided on the slots as MongoDB holds them at that moment, never on
+//!   this member's copy alone: `offsets reset NAME --delete` frees a number that a newer
+//!   configuration may reuse ([`assign`]).
 //! - A pipeline whose stream identity differs from its offsets' is refused (not ready; no
 //!   epoch bump) and stays stopped until assigned again.
 //! - A reload ([`crate::supervisor::reload`]) that adds pipelines allocates their slots and
 //!   extends the control topic first; the group leader notices the new partitions at its next metadata
 //!   refresh (`topic.metadata.refresh.interval.ms`, 10 s by default here) and rebalances.
 //!   Removed pipelines stop here; their slots, still assigned, make the member not ready until
-//!   `offsets reset NAME --delete` retires them.
+//!   `offsets reset NAME --delete` retires them (noticed within [`assign::RECHECK`]).
 //! - On shutdown the pipelines stop first, then the member leaves the group.
 
 use std::collections::{BTreeMap, HashMap};
@@ -48,6 +51,7 @@ use crate::pipeline::{Ended, PipelineContext};
 use crate::supervisor::reload::Reload;
 use crate::supervisor::roster::{Roster, STOP_GRACE};
 
+mod assign;
 mod setup;
 
 /// After this long without an assignment a member warns (the coordinator never completed a
@@ -59,7 +63,10 @@ struct Supervisor {
     group: String,
     /// Per configured pipeline: the context each run is cloned from.
     templates: HashMap<String, PipelineContext>,
+    /// Slot → pipeline, as last read ([`assign`]).
     slots: BTreeMap<i32, String>,
+    /// Why the last read of the slots failed: assigned slots are held until one works.
+    slots_unread: Option<String>,
     /// Slots assigned to this member.
     assigned: Vec<i32>,
     setup: setup::Setup,
@@ -133,6 +140,7 @@ pub(crate) async fn run(
             .map(|c| (c.pipeline.name.clone(), c))
             .collect(),
         slots,
+        slots_unread: None,
         assigned: Vec::new(),
         setup,
         roster: Roster::new(cancel.clone(), b.shutdown_timeout_ms),
@@ -164,9 +172,11 @@ impl Supervisor {
         changes: &mut mpsc::UnboundedReceiver<Change>,
         reloads: &mut mpsc::UnboundedReceiver<Reload>,
     ) -> Result<(), BridgeError> {
-        let (retake_tx, mut retakes) = mpsc::unbounded_channel::<i32>();
+        let (retake_tx, mut retakes) = mpsc::unbounded_channel::<(i32, String)>();
         let mut watchdog = tokio::time::interval(UNASSIGNED_WARNING);
         watchdog.tick().await;
+        let mut recheck = tokio::time::interval(assign::RECHECK);
+        recheck.tick().await;
         loop {
             tokio::select! {
                 () = self.cancel.cancelled() => return Ok(()),
@@ -178,7 +188,8 @@ impl Supervisor {
                                never left)");
                     }
                 }
-                Some(slot) = retakes.recv() => self.retake(slot).await,
+                _ = recheck.tick() => self.recheck().await,
+                Some((slot, name)) = retakes.recv() => self.retake(slot, name).await,
                 change = changes.recv() => match change {
                     Some(change) => self.apply(change).await,
                     None => return Ok(()),
@@ -191,12 +202,11 @@ impl Supervisor {
                         Ok(Ended::Fenced) if end.by_itself => {
                             // Taken by someone else while assigned here: if the group still
                             // assigns it here after a session timeout, take it again.
-                            let slot = self.slots.iter().find(|(_, n)| **n == end.name);
-                            if let Some((&slot, _)) = slot {
+                            if let Some(slot) = end.slot {
                                 let (tx, wait) = (retake_tx.clone(), self.session);
                                 tokio::spawn(async move {
                                     tokio::time::sleep(wait).await;
-                                    let _ = tx.send(slot);
+                                    let _ = tx.send((slot, end.name));
                                 });
                             }
                         }
@@ -228,6 +238,7 @@ impl Supervisor {
                 self.health.group_joined(true);
                 self.unassigned_since = None;
                 info!(group = %self.group, slots = ?slots, "assigned");
+                self.refresh_slots().await;
                 for slot in slots {
                     if !self.assigned.contains(&slot) {
                         self.assigned.push(slot);
@@ -257,49 +268,6 @@ impl Supervisor {
                 warn!(group = %self.group, error = %reason, "group membership reported an error");
             }
         }
-    }
-
-    /// A fenced pipeline's slot, a session timeout later: taken again if still assigned here
-    /// and not running.
-    async fn retake(&mut self, slot: i32) {
-        let Some(name) = self.slots.get(&slot).cloned() else {
-            return;
-        };
-        if self.assigned.contains(&slot) && !self.roster.names().contains(&name) {
-            info!(group = %self.group, pipeline = %name, slot,
-                  "the group still assigns the fenced pipeline here: taking it again");
-            self.assigned_one(slot).await;
-        }
-    }
-
-    /// Starts the pipeline of assigned `slot`, or records why this member cannot.
-    async fn assigned_one(&mut self, slot: i32) {
-        if !self.slots.contains_key(&slot) {
-            // A newer configuration allocated it after this member read the slots.
-            if let Ok(read) = self.setup.slots.read().await {
-                self.slots = read;
-            }
-        }
-        let problem = match self.slots.get(&slot).cloned() {
-            None => None, // a retired slot (its pipeline's offsets were deleted): nothing to run
-            Some(name) => match self.templates.get(&name) {
-                Some(ctx) => {
-                    info!(group = %self.group, pipeline = %name, slot, "starting the assigned pipeline");
-                    self.roster.start(ctx.clone(), Some(slot)).await;
-                    None
-                }
-                None => Some(format!(
-                    "assigned pipeline {name:?}, which this member's configuration does not \
-                     define: roll the same [[pipelines]] out to every member (or retire a \
-                     removed pipeline with `mongo-kafka-bridge offsets reset {name} --delete --config FILE`)"
-                )),
-            },
-        };
-        if let Some(text) = &problem {
-            error!(group = %self.group, slot, problem = %text, "cannot run an assigned slot");
-        }
-        self.health.group_problem(&format!("slot {slot}"), problem);
-        self.metrics.owned.set(self.roster.len() as i64);
     }
 
     /// Records the configured pipelines whose slots have no partition of the control topic:
@@ -342,6 +310,7 @@ impl Supervisor {
         for name in &removed {
             self.templates.remove(name);
             self.health.remove_pipeline(name);
+            self.health.group_problem(&format!("pipeline {name}"), None);
         }
         let added: Vec<String> = contexts
             .iter()
@@ -355,6 +324,7 @@ impl Supervisor {
             match self.setup.try_prepare(&added).await {
                 Ok(prepared) => {
                     self.slots = prepared.slots.clone();
+                    self.slots_unread = None;
                     self.report_uncovered(&prepared);
                     self.refresh
                         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -373,8 +343,10 @@ impl Supervisor {
                 }
             }
         }
-        // Re-evaluate every assigned slot: a removed pipeline's slot becomes a problem, a
-        // changed one restarts, an added one that was assigned already starts.
+        // Re-evaluate every assigned slot on the slots as they are now: a removed pipeline's
+        // slot becomes a problem, a changed one restarts, an added one that was assigned
+        // already starts.
+        self.refresh_slots().await;
         for slot in self.assigned.clone() {
             let name = self.slots.get(&slot).cloned();
             let runs = name

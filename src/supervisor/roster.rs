@@ -48,6 +48,8 @@ pub(crate) struct End {
     pub name: String,
     /// It ended while still listed (not stopped by the roster).
     pub by_itself: bool,
+    /// The group slot it was started for, when it ended by itself.
+    pub slot: Option<i32>,
     /// Its outcome.
     pub result: Result<Ended, BridgeError>,
 }
@@ -174,12 +176,15 @@ impl Roster {
         // (A panicked run dropped its sender without setting `done`.)
         let finished = |r: &Running| *r.done.borrow() || r.done.has_changed().is_err();
         let by_itself = self.running.get(&name).is_some_and(finished);
-        if by_itself {
-            self.running.remove(&name);
-        }
+        let slot = if by_itself {
+            self.running.remove(&name).and_then(|r| r.slot)
+        } else {
+            None
+        };
         End {
             name,
             by_itself,
+            slot,
             result,
         }
     }

@@ -8,6 +8,7 @@
 //! - `groupcfg` ([`configs`]): members whose configurations disagree;
 //! - `groupsnap` ([`snapshot`]): a revocation in the middle of a snapshot;
 //! - `groupfull` ([`slots`]): a pipeline added by SIGHUP whose slot has no partition yet;
+//! - `groupreuse` ([`reuse`]): a slot reused after `offsets reset --delete` while members run;
 //! - `kubelet` ([`kubelet`], long form only): a simulated kubelet's probes and chaos kills.
 //!
 //! This file holds their set-up ([`World`]) and what they read from the members;
@@ -18,6 +19,7 @@ pub mod epochs;
 pub mod kubelet;
 pub mod paused;
 pub mod replays;
+pub mod reuse;
 pub mod slots;
 pub mod snapshot;
 pub mod spread;

@@ -23,8 +23,9 @@
 //!   40 000-document copy under a writer; the copy finishes, the topic mirrors the collection,
 //!   `/readyz` names the pipeline during the freeze.
 //! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
-//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, kubelet, snapfreeze,
-//!   eos, eostxn, eosfreeze, eosfence, eosreset, eostimeout, config, fuzz; `MKB_FAULTS_SEED=N` fixes the
+//!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, groupreuse, kubelet,
+//!   snapfreeze, eos, eostxn, eosfreeze, eosfence, eosreset, eostimeout, config, fuzz;
+//!   `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
@@ -113,6 +114,13 @@ async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
             "groupfull",
             "group: a new slot gets its partition",
             group::slots::no_partition_for_a_new_slot(ctx),
+        )
+        .await;
+    suite
+        .run(
+            "groupreuse",
+            "group: slot reuse after offsets reset --delete",
+            group::reuse::slot_reuse(ctx),
         )
         .await;
     if ctx.long {

@@ -23,7 +23,7 @@ use crate::pipeline::policy::backoff;
 
 /// What the member needs to join.
 pub(super) struct Setup {
-    pub(super) slots: Slots,
+    slots: Slots,
     client: mongodb::Client,
     offsets: OffsetsLocation,
     group: String,
@@ -81,6 +81,14 @@ impl Setup {
             }
         }
         None
+    }
+
+    /// The group's slots as MongoDB holds them now; the error as text (secrets redacted).
+    pub(super) async fn read_slots(&self) -> Result<BTreeMap<i32, String>, String> {
+        self.slots.read().await.map_err(|e| {
+            let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+            report(&e, &secrets)
+        })
     }
 
     /// One attempt. A control topic that exists but cannot be extended (a broker without
