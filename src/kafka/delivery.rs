@@ -104,7 +104,7 @@ pub(crate) struct EventDeliveries {
 impl EventDeliveries {
     /// `Ok` only when every record was delivered (or an oversized record's stub was delivered
     /// to the dead-letter topic); the first failure or cancellation is the error.
-    pub(crate) async fn wait(mut self, operation_type: &str) -> Result<(), BridgeError> {
+    pub(crate) async fn wait(mut self, operation_type: impl AsRef<str>) -> Result<(), BridgeError> {
         let deliveries = std::mem::take(&mut self.deliveries);
         let count = deliveries.len() as u64;
         let this = self;
@@ -112,7 +112,9 @@ impl EventDeliveries {
             match delivery.outcome().await {
                 Outcome::Delivered => {}
                 Outcome::Refused(error, refused) if is_oversize(&error) => {
-                    this.oversize(error, refused).await?;
+                    // Boxed: the oversize path's state (a topic read, a stub's delivery) is
+                    // ~3 KB, which every in-flight event's future would otherwise reserve.
+                    Box::pin(this.oversize(error, refused)).await?;
                 }
                 Outcome::Refused(error, refused) => {
                     this.topic_metrics.delivery_error(&error_code(&error));
@@ -131,7 +133,7 @@ impl EventDeliveries {
         this.topic_metrics
             .delivery_duration
             .observe(this.enqueued_at.elapsed().as_secs_f64());
-        this.topic_metrics.delivered(operation_type, count);
+        this.topic_metrics.delivered(operation_type.as_ref(), count);
         this.context
             .metrics
             .end_to_end(this.event_time.0, this.event_time.1);

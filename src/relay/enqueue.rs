@@ -273,11 +273,10 @@ impl Relay {
             deliveries: p.deliveries,
         };
         let operation_type = encoded.operation_type;
-        self.window.push_event(p.bytes, async move {
-            deliveries
-                .wait(&operation_type)
-                .await
-                .map(|()| Mark::Stream(position))
-        });
+        let delivered = deliveries.wait(operation_type);
+        self.window.push_event(
+            p.bytes,
+            futures::FutureExt::map(delivered, |out| out.map(|()| Mark::Stream(position))),
+        );
     }
 }

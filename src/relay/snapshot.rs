@@ -116,8 +116,10 @@ impl Relay {
             deliveries,
         };
         let mark = state.map_or(Mark::Nothing, Mark::Snapshot);
-        self.window.push_event(bytes, async move {
-            deliveries.wait(operation_type).await.map(|()| mark)
-        });
+        let delivered = deliveries.wait(operation_type);
+        self.window.push_event(
+            bytes,
+            futures::FutureExt::map(delivered, |out| out.map(|()| mark)),
+        );
     }
 }

@@ -30,9 +30,9 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 
 /// What a completed entry yields: its position and the bytes it held.
 #[derive(Debug)]
@@ -80,13 +80,16 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
         self.events += 1;
         self.bytes += bytes;
         self.pushed_at.push_back(Instant::now());
-        self.entries.push_back(Box::pin(async move {
-            future.await.map(|position| Completed {
+        // A combinator, not an `async` block: a block would hold `future` twice (captured,
+        // then awaited), doubling what every in-flight entry reserves.
+        let entry = future.map(move |out| {
+            out.map(|position| Completed {
                 position,
                 bytes,
                 is_event: true,
             })
-        }));
+        });
+        self.entries.push_back(Box::pin(entry));
     }
 
     /// Appends a position that is complete as soon as everything before it is.
