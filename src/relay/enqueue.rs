@@ -273,9 +273,11 @@ impl Relay {
             deliveries: p.deliveries,
         };
         let operation_type = encoded.operation_type;
+        let at = deliveries.enqueued_at;
         let delivered = deliveries.wait(operation_type);
         self.window.push_event(
             p.bytes,
+            at,
             futures::FutureExt::map(delivered, |out| out.map(|()| Mark::Stream(position))),
         );
     }

@@ -116,10 +116,9 @@ impl Relay {
             deliveries,
         };
         let mark = state.map_or(Mark::Nothing, Mark::Snapshot);
+        let at = deliveries.enqueued_at;
         let delivered = deliveries.wait(operation_type);
-        self.window.push_event(
-            bytes,
-            futures::FutureExt::map(delivered, |out| out.map(|()| mark)),
-        );
+        let entry = futures::FutureExt::map(delivered, |out| out.map(|()| mark));
+        self.window.push_event(bytes, at, entry);
     }
 }

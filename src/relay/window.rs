@@ -70,16 +70,17 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
         }
     }
 
-    /// Appends an event entry holding `bytes` whose `future` resolves when all its records are
-    /// delivered (`Ok(position)`) or one failed (`Err`).
+    /// Appends an event entry holding `bytes`, enqueued `at`, whose `future` resolves when all
+    /// its records are delivered (`Ok(position)`) or one failed (`Err`).
     pub(crate) fn push_event(
         &mut self,
         bytes: usize,
+        at: Instant,
         future: impl Future<Output = Result<T, E>> + Send + 'static,
     ) {
         self.events += 1;
         self.bytes += bytes;
-        self.pushed_at.push_back(Instant::now());
+        self.pushed_at.push_back(at);
         // A combinator, not an `async` block: a block would hold `future` twice (captured,
         // then awaited), doubling what every in-flight entry reserves.
         let entry = future.map(move |out| {
