@@ -8,7 +8,7 @@ import time
 
 from . import metrics, peers
 from .kafka import Kafka
-from .process import HarnessError, RssSampler, log, stop_process
+from .process import HarnessError, RssPartsSampler, RssSampler, log, stop_process
 from .systems import DB, PEERS
 
 
@@ -80,14 +80,14 @@ def steps(h, system, pid, running, coll, topic, run):
 def outage(h, kafka, proc, coll, topic, run):
     """Bridge RSS while the broker is frozen and the collection keeps being written."""
     args = h.args
-    sampler = RssSampler(proc.pid)
+    sampler, parts = RssSampler(proc.pid), RssPartsSampler(proc.pid)
     h.servers.freeze_kafka(True)
     try:
         w = h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate",
                     str(args.outage_rate), "--duration", str(args.outage_seconds))
     finally:
         h.servers.freeze_kafka(False)
-    during = sampler.stop()
+    during, at_peak = sampler.stop(), parts.stop()
     deadline = time.monotonic() + 60
     records = w["inserts"] + w["updates"] + 2 * w["deletes"]
     start_high = None
@@ -104,7 +104,9 @@ def outage(h, kafka, proc, coll, topic, run):
         time.sleep(0.1)
     r = {"run": run, "written": w["inserts"] + w["updates"] + w["deletes"], "records": records,
          "seconds": args.outage_seconds, "rss_mib": during, "recovered_s": recovered,
+         "file_mib": at_peak["file"], "anon_mib": at_peak["anon"],
          "budget_mib": 64 + 16}
     h.results["outage"].append(r)
     log(f"  outage: {r['written']} writes in {args.outage_seconds}s with Kafka frozen: bridge peak RSS"
-        f" {during:.1f} MiB, drained {recovered:.1f}s after thaw")
+        f" {during:.1f} MiB (file-backed {at_peak['file']:.1f}, anonymous {at_peak['anon']:.1f}),"
+        f" drained {recovered:.1f}s after thaw")

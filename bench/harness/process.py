@@ -166,3 +166,33 @@ class LoadSampler(Sampler):
 
     def __init__(self):
         super().__init__(lambda: os.getloadavg()[0], 10.0)
+
+
+def rss_parts_kib(pid):
+    """RSS of `pid` by kind of mapping (KiB): `file` (the binary and its libraries, shared and
+    clean), `anon` (the heap and glibc's arenas, thread stacks, large allocations)."""
+    parts = {"file": 0, "anon": 0}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    parts[kind] += int(line.split()[1])
+                elif "-" in line.split(" ", 1)[0]:
+                    fields = line.split()
+                    kind = "file" if len(fields) > 5 and fields[5].startswith("/") else "anon"
+    except OSError:
+        pass
+    return parts
+
+
+class RssPartsSampler(Sampler):
+    """rss_parts_kib(pid) every 250 ms; stop() returns the parts at the peak, in MiB."""
+
+    def __init__(self, pid):
+        super().__init__(lambda: rss_parts_kib(pid), 0.25)
+
+    def stop(self):
+        peak = max(super().stop(), key=lambda p: sum(p.values()), default={"file": 0, "anon": 0})
+        return {k: v / 1024 for k, v in peak.items()}
+
