@@ -1,9 +1,12 @@
 """The live block: each system running while `bench live` writes a 6:3:1
 insert/update/delete mix of ~1 KB documents at fixed rates and consumes the system's topic:
-write -> consumer latency p50/p99/max, and whether the rate was sustained. The bridge runs at
---rates and --ramp, the baselines and the peers at --baseline-rates; then the bridge's RSS
-during a Kafka outage (broker SIGSTOPped while the collection keeps being written)."""
+write -> consumer latency p50/p99/max, and whether the rate was sustained. The bridge and
+limit-relay (the same stream read and its events produced as the server's bytes, no bridge logic:
+the servers' share of the latency) run at --rates and --ramp, the baselines and the peers at
+--baseline-rates; then the bridge's RSS during a Kafka outage (broker SIGSTOPped while the
+collection keeps being written)."""
 
+import subprocess
 import time
 
 from . import metrics, peers
@@ -29,7 +32,7 @@ def live(h, run):
                 continue
             topic = f"bench.{coll}"
             kafka.create(topic, args.partitions)
-            proc = h.start(system, coll, topic)
+            proc = limit_relay(h, coll, topic) if system == "limit-relay" else h.start(system, coll, topic)
             try:
                 wait_listening(system, proc)
                 steps(h, system, proc.pid, lambda: proc.poll() is None, coll, topic, run)
@@ -40,6 +43,18 @@ def live(h, run):
             kafka.delete(topic)
     finally:
         kafka.close()
+
+
+def limit_relay(h, coll, topic):
+    """`bench limit --mode relay` from the collection's current position, with no end (it is
+    stopped after its steps): the live reference."""
+    h.init_position("limit-relay", coll, topic)
+    argv = [h.bench_bin, "limit", "--mode", "relay", "--db", DB, "--coll", coll,
+            "--count", str(2**62), "--token", str(h.work / f"token-{coll}"), "--topic", topic,
+            "--compression", h.args.compression, "--uri", h.servers.uri,
+            "--bootstrap", h.servers.bootstrap]
+    logf = open(h.work / f"limit-relay-{coll}.log", "a")
+    return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT)
 
 
 def wait_listening(system, proc):
@@ -59,8 +74,9 @@ def steps(h, system, pid, running, coll, topic, run):
     args = h.args
     h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate", "200", "--duration", "1")
     time.sleep(1.0)
-    rates = args.rates if system == "bridge" else args.baseline_rates
-    ramp = args.ramp if system == "bridge" else []
+    paced = system in ("bridge", "limit-relay")
+    rates = args.rates if paced else args.baseline_rates
+    ramp = args.ramp if paced else []
     for rate in [*rates, *ramp]:
         if not running():
             raise HarnessError(f"{system} exited during the live run (see {h.work})")

@@ -120,14 +120,12 @@ def report(results, meta, with_targets=True):
             worst = min(r["delivered_within_1s_fraction"] for r in fixed)
             targets.append(("live: sustains ≥ 0.95 × the write rate (fixed rates)",
                             f"worst {100 * worst:.1f} % delivered within 1 s", worst >= 0.95))
-        best = {}
-        for r in bridge:
-            if r["sustained"]:
-                best[r["run"]] = max(best.get(r["run"], 0), r["write_rate"])
+        best = highest_sustained(bridge)
         if best:
             out(f"Highest rate sustained by the bridge (written rate of the highest step it kept up with): "
                 f"{fmt_mmm(list(best.values()))} events/s.")
             out("")
+        live_vs_relay(live, out, targets)
         rss = [r["rss_mib"] for r in bridge]
         if rss:
             targets.append(("bridge peak RSS ≤ 64 MiB + in-flight budget (16 MiB) at steady load",
@@ -248,3 +246,37 @@ def bridge_over(by, runs, peer, key, peer_key=None, bridge="bridge"):
     peer_key = peer_key or key
     return [by[(bridge, k)][key] / by[(peer, k)][peer_key] for k in runs
             if (bridge, k) in by and (peer, k) in by and by[(peer, k)].get(peer_key)]
+
+
+def highest_sustained(rows):
+    """Per run, the written rate of the highest step kept up with."""
+    best = {}
+    for r in rows:
+        if r["sustained"]:
+            best[r["run"]] = max(best.get(r["run"], 0), r["write_rate"])
+    return best
+
+
+def live_vs_relay(live, out, targets):
+    """The bridge beside limit-relay (the same stream, produced as the server's bytes) in the
+    same run: p99 at each rate both ran, and the highest sustained rate."""
+    relay = [r for r in live if r["system"] == "limit-relay"]
+    if not relay:
+        return
+    bridge = [r for r in live if r["system"] == "bridge"]
+    for rate in sorted({r["rate"] for r in relay if not r["ramp"]}):
+        ours = [r["p99_ms"] for r in bridge if r["rate"] == rate]
+        theirs = [r["p99_ms"] for r in relay if r["rate"] == rate]
+        if ours and theirs:
+            a, b = mmm(ours)[1], mmm(theirs)[1]
+            targets.append((f"live p99 at {rate:,}/s ≤ limit-relay's + 5 ms",
+                            f"{a:.1f} ms vs {b:.1f} ms", a <= b + 5))
+    ours, theirs = highest_sustained(bridge), highest_sustained(relay)
+    if theirs:
+        out(f"Highest rate sustained by limit-relay: {fmt_mmm(list(theirs.values()))} events/s.")
+        out("")
+    if ours and theirs:
+        a, b = mmm(list(ours.values()))[1], mmm(list(theirs.values()))[1]
+        targets.append(("highest sustained live rate ≥ 0.9 × limit-relay's",
+                        f"{a:,.0f} vs {b:,.0f} events/s ({a / b:.2f} ×)", a >= 0.9 * b))
+

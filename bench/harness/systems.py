@@ -42,7 +42,7 @@ PEER_SIZES = ["1KB", "20KB"]
 CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers", "limit-fair",
                    "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
                    *PEERS]
-LIVE_SYSTEMS = ["bridge", "node", "python", *PEERS]
+LIVE_SYSTEMS = ["limit-relay", "bridge", "node", "python", *PEERS]
 BRIDGES = {"bridge": "json", "bridge-bson": "bson", "bridge-debezium": "json"}
 # The Debezium form, as the debezium peer is run (no update lookup); its topic is the system's.
 DEBEZIUM_FORM = ('value = "debezium"\nfull_document = "default"\n'

@@ -49,13 +49,17 @@ struct Seen {
 
 /// The last `bench_ts` stamp in a JSON value (relaxed or canonical, any spacing), also where
 /// the document is itself a JSON string inside the record (Debezium's `after` and
-/// `updatedFields`: `\"bench_ts\": {\"$numberLong\": \"…\"}`).
+/// `updatedFields`: `\"bench_ts\": {\"$numberLong\": \"…\"}`), or in a BSON value (an
+/// int64 element: `limit-relay` produces the server's bytes).
 fn stamp(payload: &[u8]) -> Option<i64> {
     const KEY: &[u8] = b"bench_ts";
-    let at = payload
+    let Some(at) = payload
         .windows(KEY.len() + 1)
-        .rposition(|w| w.starts_with(KEY) && matches!(w[KEY.len()], b'"' | b'\\'))?
-        + KEY.len();
+        .rposition(|w| w.starts_with(KEY) && matches!(w[KEY.len()], b'"' | b'\\'))
+    else {
+        return bson_stamp(payload);
+    };
+    let at = at + KEY.len();
     let rest = &payload[at..];
     let start = rest.iter().take(40).position(u8::is_ascii_digit)?;
     let digits = &rest[start..];
@@ -64,6 +68,14 @@ fn stamp(payload: &[u8]) -> Option<i64> {
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(digits.len());
     std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+}
+
+/// The last `bench_ts` int64 element (type 0x12) in BSON bytes.
+fn bson_stamp(payload: &[u8]) -> Option<i64> {
+    const ELEMENT: &[u8] = b"\x12bench_ts\x00";
+    let at = payload.windows(ELEMENT.len()).rposition(|w| w == ELEMENT)? + ELEMENT.len();
+    let bytes = payload.get(at..at + 8)?;
+    Some(i64::from_le_bytes(bytes.try_into().ok()?))
 }
 
 fn consumer(bootstrap: &str, topic: &str) -> anyhow::Result<BaseConsumer> {
