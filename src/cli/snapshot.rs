@@ -19,7 +19,9 @@ use crate::snapshot::{Reason, Request};
 /// given); prints what happens next. `Ok(false)` when it was refused (printed why).
 ///
 /// A request already waiting is merged with this one (both are answered by one snapshot),
-/// never replaced.
+/// never replaced, unless the running snapshot answers it (this one then runs after). A
+/// namespace MongoDB does not have is refused (a typo would otherwise publish markers to a new
+/// topic).
 ///
 /// Errors: [`BridgeError::Checkpoint`] when MongoDB refuses or cannot be reached;
 /// [`BridgeError::OffsetsDocument`] when the waiting request cannot be read.
@@ -44,22 +46,63 @@ pub async fn run(
         o.server_selection_timeout = Some(std::time::Duration::from_secs(10));
     })
     .await?;
+    let outcome = ask(config, &client, p, namespace, out).await;
+    client.shutdown().immediate(true).await;
+    outcome
+}
+
+/// [`run`] once connected: refuses a collection MongoDB does not have, stores the request,
+/// says when it will run.
+async fn ask(
+    config: &Config,
+    client: &mongodb::Client,
+    p: &PipelineConfig,
+    namespace: Option<(String, String)>,
+    out: &mut impl Write,
+) -> Result<bool, BridgeError> {
+    let name = p.name.as_str();
+    let failed = |e| BridgeError::Checkpoint {
+        pipeline: name.to_owned(),
+        source: Box::new(e),
+    };
+    if let Some((db, coll)) = &namespace {
+        let found = client
+            .database(db)
+            .list_collection_names()
+            .filter(bson::doc! { "name": coll })
+            .await
+            .map_err(failed)?;
+        if found.is_empty() {
+            let _ = writeln!(
+                out,
+                "✘ --namespace {db}.{coll}: MongoDB has no such collection (names are \
+                 case-sensitive); nothing requested"
+            );
+            return Ok(false);
+        }
+    }
     let request = Request {
         reason: Reason::Requested,
         namespaces: namespace.map(|ns| vec![ns]),
         requested_at: bson::DateTime::now(),
     };
     let by = format!("operator@{}", crate::offsets::hostname());
-    let stored = OffsetsAdmin::new(&client, &config.mongodb)
-        .request_snapshot(name, &request, &by)
-        .await;
-    client.shutdown().immediate(true).await;
-    let stored = stored?;
+    let admin = OffsetsAdmin::new(client, &config.mongodb);
+    let stored = admin.request_snapshot(name, &request, &by).await?;
+    let live = admin.find(name).await.map_err(failed)?.is_some_and(|d| {
+        d.get_datetime(crate::offsets::fields::LEASE_UNTIL)
+            .is_ok_and(|until| *until > bson::DateTime::now())
+    });
+    let when = if live {
+        "its owner starts it within 5 s (after any snapshot still running), streaming on"
+    } else {
+        "no instance runs the pipeline now: it starts when one does"
+    };
+    let what = scope_of(p, &request);
     let _ = writeln!(
         out,
-        "✔ snapshot of {} requested for pipeline {name:?}: its owner starts it within 5 s \
-         (after any snapshot still running), streaming on; `offsets show {name}` follows it",
-        scope_of(p, &request)
+        "✔ snapshot of {what} requested for pipeline {name:?}: {when}; `offsets show {name}` \
+         follows it"
     );
     if stored != request {
         let _ = writeln!(

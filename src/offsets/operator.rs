@@ -44,7 +44,8 @@ impl OffsetsAdmin {
     /// Stores a snapshot request for pipeline `name` (creating its document if it has none),
     /// without touching its epoch: the owner is not fenced, it picks the request up while it
     /// streams. A request already waiting is merged with this one ([`Request::merge`]), never
-    /// replaced: the write is a compare-and-set on the waiting request as read, tried again
+    /// replaced, unless the running snapshot answers it (then this one runs after that
+    /// snapshot): the write is a compare-and-set on the waiting request as read, tried again
     /// when another writer (a second `snapshot` command, the owner starting a snapshot) got
     /// there first. Returns the request as stored.
     ///
@@ -83,9 +84,18 @@ impl OffsetsAdmin {
                     Err(e) => return Err(failed(e)),
                 }
             };
+            // A request the running snapshot answers (it recorded its `requestedAt`) is not
+            // merged: its namespaces are being copied now, and the owner removes the request
+            // only if its `requestedAt` is unchanged; this one replaces it and runs after.
+            let answering = current
+                .get_document(fields::SNAPSHOT)
+                .ok()
+                .and_then(|s| s.get_datetime("requestedAt").ok().copied());
             let stored = match request_from(&current).map_err(invalid)? {
-                Some(waiting) => waiting.merge(request.clone()),
-                None => request.clone(),
+                Some(waiting) if Some(waiting.requested_at) != answering => {
+                    waiting.merge(request.clone())
+                }
+                _ => request.clone(),
             };
             let seen = current
                 .get(fields::SNAPSHOT_REQUEST)

@@ -50,11 +50,12 @@ pub(super) async fn said<F: Future>(
                     said = true;
                 }
                 warn!(pipeline, waited_s = started.elapsed().as_secs(),
-                      "still waiting for MongoDB to answer: {what}. The server may still be \
-                       running queries of a process that was killed (a copy's `find` runs on \
-                       until it ends: `db.currentOp({{\"appName\": \"mongo-kafka-bridge\"}})` \
-                       lists them, `db.killOp(opid)` ends one), or be unreachable (the \
-                       driver's server selection retries, `serverSelectionTimeoutMS`)");
+                      "still waiting for MongoDB to answer: {what}. The server may be \
+                       unreachable (the driver's server selection retries for \
+                       `serverSelectionTimeoutMS`, 30 s by default, then the error is logged), \
+                       or still running queries of a process that was killed (a copy's `find` \
+                       runs on until it ends: `db.currentOp({{\"appName\": \"mongo-kafka-bridge\"}})` \
+                       lists them, `db.killOp(opid)` ends one)");
                 note_at += REPEAT;
             }
         }
@@ -64,7 +65,7 @@ pub(super) async fn said<F: Future>(
         info!(
             pipeline,
             waited_s = started.elapsed().as_secs(),
-            "MongoDB answered: {what}"
+            "no longer waiting for MongoDB: {what} (an error, if any, follows)"
         );
     }
     out

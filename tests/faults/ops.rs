@@ -206,7 +206,7 @@ async fn a_start_that_waits_on_a_frozen_server_says_what_it_waits_for() {
     let answered = log_lines(&bridge.log_text()).into_iter().any(|l| {
         l["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("MongoDB answered: "))
+            .is_some_and(|m| m.starts_with("no longer waiting for MongoDB: "))
     });
     assert!(answered, "{}", bridge.log_tail(20));
     bridge.stop(Duration::from_secs(30));

@@ -86,3 +86,23 @@ async fn two_snapshot_commands_at_once_for_two_collections_copy_both() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_of_a_collection_mongodb_does_not_have_is_refused() {
+    // GIVEN a database scope with one collection
+    let client = mongo().await;
+    let db = unique("snapnone");
+    let target = client.database(&db).collection("a");
+    target.insert_one(doc! { "_id": 1 }).await.expect("seed");
+    let name = unique("snapnone");
+    let text = config_toml(&name, &db, None, "full_document = \"update_lookup\"\n");
+    let file = config_file(&text);
+    // WHEN an operator mistypes the collection's name
+    let ns = format!("{db}.A");
+    let (code, stdout, stderr) = bridge_cli(&["snapshot", &name, "--namespace", &ns], file.path());
+    // THEN nothing is requested (a typo would publish markers to a topic of its own), and
+    // the output says why
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(stdout.contains("no such collection"), "{stdout}");
+    assert!(offsets_doc(&client, &db, &name).await.is_none());
+}
