@@ -88,13 +88,15 @@ impl Request {
     /// One request that answers both `self` (waiting, perhaps already being answered) and
     /// `newer`: the union of their namespaces (every namespace when either asks for every
     /// one), the weightier reason (a history loss or an initial copy is not demoted to an
-    /// operator's request), and the later time.
+    /// operator's request), and a time later than the waiting one's (the newer request's, or
+    /// the waiting one's plus 1 ms when the newer one's clock says earlier).
     ///
     /// Invariant (why merging loses no request): a snapshot answers a request when it starts
     /// after the request was stored and copies its namespaces. The merged request is stored
     /// after both, and copies a superset of each; a snapshot already running for `self` does
-    /// not consume it (it is consumed by its `requestedAt`, which the merge moved on), so the
-    /// merged one runs after it.
+    /// not consume it (a request is consumed by its exact `requestedAt`, which the merge always
+    /// moves past `self`'s, whatever the clocks of the hosts that stamped them), so the merged
+    /// one runs after it.
     pub fn merge(self, newer: Request) -> Request {
         let namespaces = match (self.namespaces, newer.namespaces) {
             (Some(mut a), Some(b)) => {
@@ -108,7 +110,10 @@ impl Request {
         Request {
             reason: self.reason.max(newer.reason),
             namespaces,
-            requested_at: self.requested_at.max(newer.requested_at),
+            requested_at: DateTime::from_millis(
+                (self.requested_at.timestamp_millis() + 1)
+                    .max(newer.requested_at.timestamp_millis()),
+            ),
         }
     }
 }
@@ -261,19 +266,21 @@ mod tests {
     fn merged_requests_copy_the_union_for_the_weightier_reason_at_the_later_time() {
         use Reason::*;
         let a = request(Requested, Some(&["d.a"]), 1);
-        let b = request(Requested, Some(&["d.b", "d.a"]), 2);
+        let b = request(Requested, Some(&["d.b", "d.a"]), 5);
         assert_eq!(
             a.clone().merge(b),
-            request(Requested, Some(&["d.a", "d.b"]), 2)
+            request(Requested, Some(&["d.a", "d.b"]), 5)
         );
         let whole = request(HistoryLost, None, 3);
         assert_eq!(
-            whole.clone().merge(a.clone()),
+            a.clone().merge(whole.clone()),
             request(HistoryLost, None, 3)
         );
-        assert_eq!(a.clone().merge(whole), request(HistoryLost, None, 3));
         let initial = request(Initial, None, 0);
         assert_eq!(initial.merge(a.clone()), request(Initial, None, 1));
-        assert_eq!(a.clone().merge(a.clone()), a);
+        // a newer request stamped by a slower clock still moves the time past the waiting
+        // one's, so the snapshot answering the waiting one cannot consume the merged one
+        assert_eq!(whole.merge(a.clone()), request(HistoryLost, None, 4));
+        assert_eq!(a.clone().merge(a), request(Requested, Some(&["d.a"]), 2));
     }
 }

@@ -200,6 +200,7 @@ impl OffsetsStore {
             filter.extend(self.identity_filter(Some(&current))?);
             if let Some(taken) = self.take_where(filter, Some(&current), false).await? {
                 self.log_identity_changes(&current);
+                self.log_live_owner(&current);
                 return Ok(taken);
             }
             // Another instance changed the epoch in between: read again.
@@ -228,6 +229,21 @@ impl OffsetsStore {
                 "key_format changed: every key moves to new bytes (and possibly another \
                  partition), so a compacted topic keeps two records per document until the old \
                  ones are deleted");
+        }
+    }
+
+    /// A take-over from an owner whose lease was still running (a rolling update, or a second
+    /// instance started by mistake) is said, naming that owner: it is fenced at its next write.
+    fn log_live_owner(&self, before: &OffsetsDoc) {
+        let (Some(owner), Some(until)) = (&before.owner, before.lease_until) else {
+            return;
+        };
+        if until > DateTime::now() && *owner != self.owner {
+            tracing::warn!(pipeline = %self.pipeline, from = %owner,
+                lease_until = %until.try_to_rfc3339_string().unwrap_or_default(),
+                "took the pipeline from a live owner, which is fenced at its next write and \
+                 stands by: expected in a rolling update; otherwise two instances run this \
+                 configuration (use [bridge] group_id for replicas)");
         }
     }
 

@@ -116,6 +116,13 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
         (text.matches("fenced; standing by").count() == 2).then_some(())
     })
     .await;
+    // (each later instance said that it took the pipeline from a live owner)
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        text.matches("took the pipeline from a live owner").count(),
+        2,
+        "{text}"
+    );
     // WHEN the owner is killed with SIGKILL under a steady load
     let mut owner = instances.pop().unwrap();
     owner.kill();
