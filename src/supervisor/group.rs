@@ -278,10 +278,21 @@ impl Supervisor {
         self.metrics.unassignable.set(uncovered as i64);
     }
 
-    /// Stops the pipelines of `slots`; their health goes back to "elsewhere".
+    /// Stops the pipelines of `slots`; their health goes back to "elsewhere", also for one that
+    /// already ended by itself (fenced while assigned here, so no longer in the roster), whose
+    /// "fenced" state would otherwise keep `/readyz` at 503 on a member that no longer runs it.
     async fn stop_slots(&mut self, slots: &[i32]) {
-        let names = self.roster.with_slots(slots);
+        let mut names = self.roster.with_slots(slots);
         self.roster.stop(&names).await;
+        let running = self.roster.names();
+        for slot in slots {
+            if let Some(name) = self.slots.get(slot)
+                && !names.contains(name)
+                && !running.contains(name)
+            {
+                names.push(name.clone());
+            }
+        }
         for name in &names {
             if let Some(ctx) = self.templates.get(name) {
                 ctx.health

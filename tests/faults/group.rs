@@ -264,13 +264,18 @@ pub(crate) async fn owned_eventually(
 pub(crate) async fn ready_says(member: &Member, code: u16, text: &str) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some((c, body)) = fetch(&member.addr, "/readyz")
-            && c == code
+        let answer = fetch(&member.addr, "/readyz");
+        if let Some((c, body)) = &answer
+            && *c == code
             && body.contains(text)
         {
-            return Some(body);
+            return Some(body.clone());
         }
         if Instant::now() > deadline {
+            eprintln!(
+                "/readyz of {} never answered {code} with {text:?}; last: {answer:?}",
+                member.addr
+            );
             return None;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
