@@ -133,6 +133,12 @@ impl PipelineHealth {
             .clone()
     }
 
+    /// Waiting for MongoDB's answer since `since_ms` (Unix ms); 0: not waiting.
+    pub(crate) fn awaiting_server(&self, since_ms: i64) {
+        self.awaiting_server_since_ms
+            .store(since_ms, Ordering::Relaxed);
+    }
+
     /// The loop ticked now.
     pub(crate) fn beat(&self) {
         self.heartbeat_ms.store(now_ms(), Ordering::Relaxed);

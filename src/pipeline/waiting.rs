@@ -13,7 +13,6 @@
 //! only while a slow step runs and cleared when it ends, whatever its outcome (the source sets
 //! and clears the same mark for its `getMore`s, and does not run during these steps).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -45,8 +44,7 @@ pub(super) async fn said<F: Future>(
             out = &mut step => break out,
             () = tokio::time::sleep_until(note_at) => {
                 if !said {
-                    let since = now_ms() - FIRST_NOTE.as_millis() as i64;
-                    health.awaiting_server_since_ms.store(since, Ordering::Relaxed);
+                    health.awaiting_server(now_ms() - FIRST_NOTE.as_millis() as i64);
                     said = true;
                 }
                 warn!(pipeline, waited_s = started.elapsed().as_secs(),
@@ -61,7 +59,7 @@ pub(super) async fn said<F: Future>(
         }
     };
     if said {
-        health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
+        health.awaiting_server(0);
         info!(
             pipeline,
             waited_s = started.elapsed().as_secs(),

@@ -14,7 +14,6 @@
 //!   elsewhere; no watermark is sent while a split event is partly read.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bson::RawDocumentBuf;
 use tokio::sync::mpsc::error::TrySendError;
@@ -186,15 +185,13 @@ pub(crate) async fn run(
         {
             return Ok(Some(request));
         }
-        health
-            .awaiting_server_since_ms
-            .store(crate::observe::health::now_ms(), Ordering::Relaxed);
+        health.awaiting_server(crate::observe::health::now_ms());
         let next = tokio::select! {
             biased;
             () = &mut cancelled => return Ok(None),
             next = reader.next() => next,
         };
-        health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
+        health.awaiting_server(0);
         if let Some(item) = next?
             && !channel.send(item, cancel).await
         {

@@ -67,7 +67,7 @@ pub(crate) async fn stage(
         }
     };
     health.stream_open.store(false, Ordering::Relaxed);
-    health.awaiting_server_since_ms.store(0, Ordering::Relaxed);
+    health.awaiting_server(0);
     result
 }
 
@@ -88,12 +88,7 @@ async fn run(
     copier: &Copier,
     job: Job,
 ) -> Result<Option<StreamReader>, BridgeError> {
-    let awaiting = |on: bool| {
-        let since = if on { now_ms() } else { 0 };
-        health
-            .awaiting_server_since_ms
-            .store(since, Ordering::Relaxed);
-    };
+    let awaiting = |on: bool| health.awaiting_server(if on { now_ms() } else { 0 });
     awaiting(true);
     let mut copy = Copy::prepare(copier, job).await?;
     awaiting(false);
