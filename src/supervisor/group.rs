@@ -282,18 +282,12 @@ impl Supervisor {
     /// already ended by itself (fenced while assigned here, so no longer in the roster), whose
     /// "fenced" state would otherwise keep `/readyz` at 503 on a member that no longer runs it.
     async fn stop_slots(&mut self, slots: &[i32]) {
-        let mut names = self.roster.with_slots(slots);
-        self.roster.stop(&names).await;
+        let stopped = self.roster.with_slots(slots);
+        self.roster.stop(&stopped).await;
         let running = self.roster.names();
-        for slot in slots {
-            if let Some(name) = self.slots.get(slot)
-                && !names.contains(name)
-                && !running.contains(name)
-            {
-                names.push(name.clone());
-            }
-        }
-        for name in &names {
+        let ended = slots.iter().filter_map(|slot| self.slots.get(slot));
+        let ended = ended.filter(|name| !running.contains(name));
+        for name in stopped.iter().chain(ended) {
             if let Some(ctx) = self.templates.get(name) {
                 ctx.health
                     .elsewhere
