@@ -118,6 +118,13 @@ impl Request {
     }
 }
 
+/// `db.coll` split at its first dot (a collection's name may hold more); `None` unless both
+/// parts are non-empty.
+pub(crate) fn split_namespace(ns: &str) -> Option<(String, String)> {
+    let (db, coll) = ns.split_once('.')?;
+    (!db.is_empty() && !coll.is_empty()).then(|| (db.to_owned(), coll.to_owned()))
+}
+
 /// One namespace's copy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamespaceCopy {

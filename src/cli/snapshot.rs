@@ -88,11 +88,7 @@ async fn ask(
     };
     let by = format!("operator@{}", crate::offsets::hostname());
     let admin = OffsetsAdmin::new(client, &config.mongodb);
-    let stored = admin.request_snapshot(name, &request, &by).await?;
-    let live = admin.find(name).await.map_err(failed)?.is_some_and(|d| {
-        d.get_datetime(crate::offsets::fields::LEASE_UNTIL)
-            .is_ok_and(|until| *until > bson::DateTime::now())
-    });
+    let (stored, live) = admin.request_snapshot(name, &request, &by).await?;
     let when = if live {
         "its owner starts it within 5 s (after any snapshot still running), streaming on"
     } else {
@@ -129,15 +125,12 @@ fn scope_of(p: &PipelineConfig, request: &Request) -> String {
 
 /// `ns` (`db.coll`) split, if it is inside `p`'s scope. Errors: why not.
 fn within_scope(p: &PipelineConfig, ns: &str) -> Result<(String, String), String> {
-    let Some((db, coll)) = ns
-        .split_once('.')
-        .filter(|(d, c)| !d.is_empty() && !c.is_empty())
-    else {
+    let Some((db, coll)) = crate::snapshot::split_namespace(ns) else {
         return Err(format!("--namespace {ns:?}: use db.collection"));
     };
     let inside = match (&p.database, &p.collection) {
-        (Some(d), Some(c)) => d == db && c == coll,
-        (Some(d), None) => d == db,
+        (Some(d), Some(c)) => *d == db && *c == coll,
+        (Some(d), None) => *d == db,
         _ => true,
     };
     if !inside {
@@ -147,7 +140,7 @@ fn within_scope(p: &PipelineConfig, ns: &str) -> Result<(String, String), String
             p.scope()
         ));
     }
-    Ok((db.to_owned(), coll.to_owned()))
+    Ok((db, coll))
 }
 
 #[cfg(test)]

@@ -47,7 +47,8 @@ impl OffsetsAdmin {
     /// replaced, unless the running snapshot answers it (then this one runs after that
     /// snapshot): the write is a compare-and-set on the waiting request as read, tried again
     /// when another writer (a second `snapshot` command, the owner starting a snapshot) got
-    /// there first. Returns the request as stored.
+    /// there first. Returns the request as stored, and whether a live owner held the pipeline
+    /// then (its lease had not lapsed).
     ///
     /// Errors: [`BridgeError::Checkpoint`] when MongoDB fails; [`BridgeError::OffsetsDocument`]
     /// when the waiting request cannot be read, or kept changing for every attempt.
@@ -56,7 +57,7 @@ impl OffsetsAdmin {
         name: &str,
         request: &Request,
         by: &str,
-    ) -> Result<Request, BridgeError> {
+    ) -> Result<(Request, bool), BridgeError> {
         let failed = |e: MongoError| BridgeError::Checkpoint {
             pipeline: name.to_owned(),
             source: Box::new(e),
@@ -79,7 +80,7 @@ impl OffsetsAdmin {
                     .write_concern(majority())
                     .await
                 {
-                    Ok(_) => return Ok(request.clone()),
+                    Ok(_) => return Ok((request.clone(), false)),
                     Err(e) if mongo_code(&e) == Some(CODE_DUPLICATE_KEY) => continue,
                     Err(e) => return Err(failed(e)),
                 }
@@ -111,7 +112,10 @@ impl OffsetsAdmin {
                 .await
                 .map_err(failed)?;
             if applied.matched_count == 1 {
-                return Ok(stored);
+                let live = current
+                    .get_datetime(fields::LEASE_UNTIL)
+                    .is_ok_and(|until| *until > DateTime::now());
+                return Ok((stored, live));
             }
         }
         Err(invalid(format!(

@@ -142,15 +142,12 @@ pub(crate) fn state_from(d: &Document) -> Result<Option<SnapshotState>, String> 
 
 /// `ns` (`db.coll`) split. Errors: the sentence naming the field.
 fn namespace_from(ns: &str) -> Result<(String, String), String> {
-    match ns.split_once('.') {
-        Some((db, coll)) if !db.is_empty() && !coll.is_empty() => {
-            Ok((db.to_owned(), coll.to_owned()))
-        }
-        _ => Err(format!(
+    crate::snapshot::split_namespace(ns).ok_or_else(|| {
+        format!(
             "{}.namespace must be \"db.collection\"",
             fields::SNAPSHOT_REQUEST
-        )),
-    }
+        )
+    })
 }
 
 fn not_a_namespace() -> String {
