@@ -10,6 +10,7 @@ import subprocess
 import time
 
 from . import metrics, peers
+from .catchup import limit_argv
 from .kafka import Kafka
 from .process import HarnessError, RssPartsSampler, RssSampler, log, stop_process
 from .systems import DB, PEERS
@@ -49,10 +50,8 @@ def limit_relay(h, coll, topic):
     """`bench limit --mode relay` from the collection's current position, with no end (it is
     stopped after its steps): the live reference."""
     h.init_position("limit-relay", coll, topic)
-    argv = [h.bench_bin, "limit", "--mode", "relay", "--db", DB, "--coll", coll,
-            "--count", str(2**62), "--token", str(h.work / f"token-{coll}"), "--topic", topic,
-            "--compression", h.args.compression, "--uri", h.servers.uri,
-            "--bootstrap", h.servers.bootstrap]
+    argv, _ = limit_argv(h, "limit-relay", coll, topic, 2**62)
+    argv = [h.bench_bin, *argv, "--uri", h.servers.uri, "--bootstrap", h.servers.bootstrap]
     logf = open(h.work / f"limit-relay-{coll}.log", "a")
     return subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT)
 
