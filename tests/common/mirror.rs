@@ -247,3 +247,28 @@ pub fn copied(offsets: &Document) -> i64 {
         .and_then(|n| n.first()?.as_document()?.get_i64("copied").ok())
         .unwrap_or(0)
 }
+
+/// The `mongo.operation_type` header of each record ("" where it has none).
+pub fn operation_types(records: &[RawRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| r.header("mongo.operation_type").unwrap_or_default())
+        .collect()
+}
+
+/// Asserts that `ops` (one partition's operation types, in order) hold `copies` copied
+/// documents, with a `snapshot_start` first and a `snapshot_end` last.
+pub fn assert_bracketed(ops: &[String], copies: usize, what: &str) {
+    let copied = ops.iter().filter(|o| *o == "snapshot").count();
+    assert_eq!(copied, copies, "{what}: {ops:?}");
+    assert_eq!(
+        ops.first().map(String::as_str),
+        Some("snapshot_start"),
+        "{what}: {ops:?}"
+    );
+    assert_eq!(
+        ops.last().map(String::as_str),
+        Some("snapshot_end"),
+        "{what}: {ops:?}"
+    );
+}

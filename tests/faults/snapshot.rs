@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bson::{Bson, Document, RawDocument, doc};
+use mongodb::Collection;
 use rand::Rng;
 
 use crate::common::bridge::{Killed, spawn_binary, start_bridge};
@@ -29,6 +30,28 @@ use crate::suite::turn;
 
 /// Copied documents a kill may repeat: the in-flight events, one batch, the source channel.
 const REPEAT_BOUND_PER_KILL: usize = 500 + 200 + 256;
+
+/// A copy that lasts 15 s or more whatever the machine's load: 3 000 documents (`_id`s from
+/// `first`) in `coll`, copied 10 at a time by pipeline `name` of the returned configuration,
+/// each of the bridge's `find`s made 50 ms slower (a fail point until the caller turns it off).
+async fn slowed_copy(
+    server: &Instance,
+    coll: &Collection<Document>,
+    first: i64,
+    (name, topic): (&str, &str),
+) -> String {
+    let docs: Vec<Document> = (0..3000_i64)
+        .map(|i| doc! { "_id": first + i, "v": 0_i64 })
+        .collect();
+    coll.insert_many(docs).await.unwrap();
+    let lines = snapshot_lines(topic, "snapshot_batch_size = 10\n");
+    let text = server.config(name, coll.namespace().db.as_str(), Some("items"), &lines);
+    let slow = doc! {
+        "failCommands": ["find"], "blockConnection": true, "blockTimeMS": 50, "appName": APP_NAME,
+    };
+    fail_point(coll.client(), "alwaysOn", slow).await;
+    text
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_kills_during_the_copy_resume_after_the_committed_id_and_the_mirror_holds() {
@@ -126,23 +149,13 @@ async fn a_copy_longer_than_the_oplog_window_never_loses_its_stream() {
     let topic = unique("snaplong");
     create_topic(&topic, 1).await;
     let coll = client.database(&db).collection::<Document>("items");
-    let docs: Vec<Document> = (0..3000_i64)
-        .map(|i| doc! { "_id": 6_000_000_000 + i, "v": 0_i64 })
-        .collect();
-    coll.insert_many(docs).await.unwrap();
     let ids: Vec<Bson> = (0..3000_i64)
         .map(|i| Bson::Int64(6_000_000_000 + i))
         .collect();
     let name = unique("snaplong");
-    let lines = snapshot_lines(&topic, "snapshot_batch_size = 10\n");
-    let text = server.config(&name, &db, Some("items"), &lines);
-    // Each of the bridge's `find`s (the 300 copy batches) takes 50 ms more: the copy lasts
-    // 15 s or more whatever the machine's load (the writer, not slowed, then writes well over
-    // the oplog's 1 000 entries; it did not always before, on a loaded machine).
-    let slow = doc! {
-        "failCommands": ["find"], "blockConnection": true, "blockTimeMS": 50, "appName": APP_NAME,
-    };
-    fail_point(&client, "alwaysOn", slow).await;
+    // (The writer, not slowed, then writes well over the oplog's 1 000 entries during the
+    // copy; it did not always before, on a loaded machine.)
+    let text = slowed_copy(&server, &coll, 6_000_000_000, (&name, &topic)).await;
     // WHEN more than the oplog holds is written during the copy
     let bridge = start_bridge(&text).await;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -281,16 +294,7 @@ async fn a_server_frozen_during_a_copy_makes_the_pipeline_not_ready_and_the_copy
     );
     create_topic(&topic, 1).await;
     let coll = client.database(&db).collection::<Document>("items");
-    let docs: Vec<Document> = (0..3000_i64)
-        .map(|i| doc! { "_id": 7_000_000_000 + i, "v": 0_i64 })
-        .collect();
-    coll.insert_many(docs).await.unwrap();
-    let lines = snapshot_lines(&topic, "snapshot_batch_size = 10\n");
-    let text = server.config(&name, &db, Some("items"), &lines);
-    let slow = doc! {
-        "failCommands": ["find"], "blockConnection": true, "blockTimeMS": 50, "appName": APP_NAME,
-    };
-    fail_point(&client, "alwaysOn", slow).await;
+    let text = slowed_copy(&server, &coll, 7_000_000_000, (&name, &topic)).await;
     let bridge = start_bridge(&text).await;
     wait_offsets(&client, &db, &name, Duration::from_secs(120), |d| {
         copied(d) >= 50

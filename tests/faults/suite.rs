@@ -195,6 +195,19 @@ impl Row {
         });
     }
 
+    /// [`Row::check_sound`] as one check for one of several pipelines, named `name`.
+    pub fn check_sound_of(&mut self, name: &str, v: &Verdict) {
+        self.check(
+            v.missing == 0 && v.unexpected == 0 && v.order_violations.is_empty(),
+            || {
+                format!(
+                    "{name}: {} of {} missing (first {:?}), {} unexpected, order {:?}",
+                    v.missing, v.writes, v.first_missing, v.unexpected, v.order_violations
+                )
+            },
+        );
+    }
+
     /// Sets what ran, the recovery time and the time taken since `started`.
     pub fn finish(&mut self, runs: impl Into<String>, recovery_s: Option<f64>, started: Instant) {
         self.runs = runs.into();

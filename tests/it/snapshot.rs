@@ -21,7 +21,9 @@ use crate::common::bridge::{bridge_cli, start_bridge};
 use crate::common::collect::collect_raw;
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
-use crate::common::mirror::{assert_mirror, copied, settle, snapshot_lines, wait_finished};
+use crate::common::mirror::{
+    assert_bracketed, assert_mirror, copied, operation_types, settle, snapshot_lines, wait_finished,
+};
 use crate::common::mongo::{mongo, wait_offsets};
 use crate::common::snapshot::{seed, write_while};
 use crate::common::unique;
@@ -225,23 +227,5 @@ async fn a_collection_renamed_into_the_scope_during_the_copy_is_copied_too() {
     bridge.wait().await.unwrap();
     // THEN y's 10 documents are copied into its topic, between its markers
     let records = collect_raw(&format!("{db}.y"), 12, Duration::from_secs(30)).await;
-    let ops: Vec<String> = records
-        .iter()
-        .map(|r| r.header("mongo.operation_type").unwrap_or_default())
-        .collect();
-    assert_eq!(
-        ops.iter().filter(|o| *o == "snapshot").count(),
-        10,
-        "{ops:?}"
-    );
-    assert_eq!(
-        ops.first().map(String::as_str),
-        Some("snapshot_start"),
-        "{ops:?}"
-    );
-    assert_eq!(
-        ops.last().map(String::as_str),
-        Some("snapshot_end"),
-        "{ops:?}"
-    );
+    assert_bracketed(&operation_types(&records), 10, "y");
 }

@@ -139,15 +139,7 @@ pub(super) async fn delivered_all(world: &World, i: usize, row: &mut Row) -> f64
     } else {
         v
     };
-    row.check(
-        v.missing == 0 && v.unexpected == 0 && v.order_violations.is_empty(),
-        || {
-            format!(
-                "p{i}: {} of {} missing (first {:?}), {} unexpected, order {:?}",
-                v.missing, v.writes, v.first_missing, v.unexpected, v.order_violations
-            )
-        },
-    );
+    row.check_sound_of(&format!("p{i}"), &v);
     say!(
         "groupreuse: p{i} delivered {} of {} events ({} duplicates)",
         v.unique,

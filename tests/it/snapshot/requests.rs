@@ -10,17 +10,14 @@ use crate::common::bridge::{bridge_cli, start_bridge};
 use crate::common::collect::collect_raw_quiet;
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
-use crate::common::mirror::wait_finished;
+use crate::common::mirror::{assert_bracketed, operation_types, wait_finished};
 use crate::common::mongo::{mongo, offsets_doc};
 use crate::common::unique;
 
 /// The `mongo.operation_type` header of every record of `topic`.
 async fn operations(topic: &str) -> Vec<String> {
-    collect_raw_quiet(topic, Duration::from_secs(3), Duration::from_secs(60))
-        .await
-        .iter()
-        .map(|r| r.header("mongo.operation_type").unwrap_or_default())
-        .collect()
+    let records = collect_raw_quiet(topic, Duration::from_secs(3), Duration::from_secs(60)).await;
+    operation_types(&records)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -71,19 +68,7 @@ async fn two_snapshot_commands_at_once_for_two_collections_copy_both() {
     // (40: c's 20 documents were not copied)
     assert_eq!(last.get_i64("copied"), Ok(40), "{last}");
     for coll in ["a", "b"] {
-        let ops = operations(&format!("{db}.{coll}")).await;
-        let copies = ops.iter().filter(|o| *o == "snapshot").count();
-        assert_eq!(copies, 20, "{coll}: {ops:?}");
-        assert_eq!(
-            ops.first().map(String::as_str),
-            Some("snapshot_start"),
-            "{coll}"
-        );
-        assert_eq!(
-            ops.last().map(String::as_str),
-            Some("snapshot_end"),
-            "{coll}"
-        );
+        assert_bracketed(&operations(&format!("{db}.{coll}")).await, 20, coll);
     }
 }
 
