@@ -49,9 +49,12 @@ def options():
         help="untimed writing at the first --baseline-rates before a peer's live steps (JIT)")
     add("--peer-setting", action="append", default=[], metavar="SYSTEM:KEY=VALUE",
         help="a connector setting for one peer (repeatable), e.g. debezium:poll.interval.ms=10")
-    add("--rates", default="500,2000,10000")
+    add("--rates", default="500,2000,10000",
+        help="the live steps of the bridge and limit-relay, events/s or N%% of the writer's "
+             "maximum (measured at the start of each run's live block)")
     add("--baseline-rates", default="2000")
-    add("--ramp", default="20000,40000", help="extra rates to find the highest sustained")
+    add("--ramp", default="20%,50%,80%",
+        help="extra steps to find the highest sustained rate, like --rates")
     add("--live-duration", type=float, default=5.0)
     add("--settle", type=float, default=5.0)
     add("--no-live", action="store_true")
@@ -163,7 +166,13 @@ def validate(ap, args):
     args.copy_systems, args.copy_sizes = csv(args.copy_systems), csv(args.copy_sizes)
     args.group_variants = csv(args.group_variants)
     args.sizes, args.peer_sizes, args.eos_sizes = csv(args.sizes), csv(args.peer_sizes), csv(args.eos_sizes)
-    args.rates, args.baseline_rates, args.ramp = ([int(x) for x in csv(v)]
+    def rate(x):
+        if x.endswith("%") and x[:-1].isdigit():
+            return x
+        if not x.isdigit():
+            ap.error(f"a live rate is events/s or N% of the writer's maximum, not {x!r}")
+        return int(x)
+    args.rates, args.baseline_rates, args.ramp = ([rate(x) for x in csv(v)]
                                                   for v in (args.rates, args.baseline_rates, args.ramp))
     args.eos_intervals = [int(x) for x in csv(args.eos_intervals)]
     args.callgrind_sizes, args.callgrind_systems = csv(args.callgrind_sizes), csv(args.callgrind_systems)

@@ -21,6 +21,7 @@ def live(h, run):
     args = h.args
     kafka = Kafka(h.servers.block_broker())
     try:
+        writer_max(h, run)
         for system in args.live_systems:
             coll = f"live_{system.replace('-', '_')}_{run}_{int(time.time())}"
             if system in PEERS:
@@ -44,6 +45,30 @@ def live(h, run):
             kafka.delete(topic)
     finally:
         kafka.close()
+
+
+def writer_max(h, run):
+    """The writer's maximum: `bench load` asked for far more than it can write, alone (no system
+    reads the collection), for --live-duration. Rates given as N% are taken of it."""
+    args = h.args
+    if not any(isinstance(r, str) for r in [*args.rates, *args.ramp, *args.baseline_rates]):
+        return
+    coll = f"live_writer_{run}_{int(time.time())}"
+    w = h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate", "1000000",
+                "--duration", str(args.live_duration))
+    h.results.setdefault("writer", []).append({"run": run, "rate": w["rate"]})
+    log(f"  live: the writer's maximum {w['rate']:.0f} writes/s (6:3:1 mix, 1 KB, alone)")
+    h.writer_rate = w["rate"]
+
+
+def resolve(h, rates):
+    """Events/s of each step: N% of this run's writer maximum, rounded to 100/s."""
+    out = []
+    for r in rates:
+        if isinstance(r, str):
+            r = max(100, int(round(h.writer_rate * int(r[:-1]) / 100 / 100) * 100))
+        out.append(r)
+    return out
 
 
 def limit_relay(h, coll, topic):
@@ -74,8 +99,8 @@ def steps(h, system, pid, running, coll, topic, run):
     h.bench("load", "--db", DB, "--coll", coll, "--size", "1024", "--rate", "200", "--duration", "1")
     time.sleep(1.0)
     paced = system in ("bridge", "limit-relay")
-    rates = args.rates if paced else args.baseline_rates
-    ramp = args.ramp if paced else []
+    rates = resolve(h, args.rates if paced else args.baseline_rates)
+    ramp = resolve(h, args.ramp) if paced else []
     for rate in [*rates, *ramp]:
         if not running():
             raise HarnessError(f"{system} exited during the live run (see {h.work})")
@@ -90,6 +115,12 @@ def steps(h, system, pid, running, coll, topic, run):
         log(f"  live {system:11} {rate:6}/s: wrote {r['write_rate']:8.0f}/s  p50 {r['p50_ms']:7.1f} ms"
             f"  p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms"
             f"  in 1s {100 * r['delivered_within_1s_fraction']:5.1f}%  rss {r['rss_mib']:.1f} MiB")
+        split = r.get("split") or {}
+        if split.get("create_time_fraction"):
+            log(f"  {'':16} write → enqueue p50 {split['write_to_enqueue_p50_ms']:7.1f} ms"
+                f"  p99 {split['write_to_enqueue_p99_ms']:7.1f} ms; enqueue → consumer"
+                f" p50 {split['enqueue_to_consumer_p50_ms']:7.1f} ms"
+                f"  p99 {split['enqueue_to_consumer_p99_ms']:7.1f} ms")
 
 
 def outage(h, kafka, proc, coll, topic, run):

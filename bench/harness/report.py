@@ -125,6 +125,14 @@ def report(results, meta, with_targets=True):
             out(f"Highest rate sustained by the bridge (written rate of the highest step it kept up with): "
                 f"{fmt_mmm(list(best.values()))} events/s.")
             out("")
+        writer = results.get("writer") or []
+        if writer:
+            out(f"The writer's maximum (`bench load` asked for 1 000 000 writes/s, alone, 1 KB, "
+                f"the same 6:3:1 mix): {fmt_mmm([w['rate'] for w in writer])} writes/s; the "
+                f"steps given as a share of it (--ramp, default 20 %, 50 %, 80 %) are taken of "
+                f"each run's.")
+            out("")
+        live_split(live, out)
         live_vs_relay(live, out, targets)
         rss = [r["rss_mib"] for r in bridge]
         if rss:
@@ -255,6 +263,34 @@ def highest_sustained(rows):
         if r["sustained"]:
             best[r["run"]] = max(best.get(r["run"], 0), r["write_rate"])
     return best
+
+
+def live_split(live, out):
+    """Where each system's write → consumer latency goes, split at the record's CreateTime
+    (bench/src/live.rs): write → enqueue (the server's commit, the change stream's read wait,
+    the system's read and encode) and enqueue → consumer (linger, produce, append, fetch)."""
+    rows = [r for r in live if (r.get("split") or {}).get("create_time_fraction")]
+    if not rows:
+        return
+    out("Where the latency goes, split at each record's Kafka timestamp (`CreateTime`, stamped "
+        "by the producer client when the record is enqueued; ms resolution): p50 / p99 of each "
+        "part, ms (the parts' p99s need not add up to the whole's).")
+    out("")
+    out("| system | target/s | write → consumer p50 / p99 | write → enqueue p50 / p99 "
+        "| enqueue → consumer p50 / p99 |")
+    out("|---|---|---|---|---|")
+    keys = []
+    for r in rows:
+        if (r["system"], r["rate"]) not in keys:
+            keys.append((r["system"], r["rate"]))
+    for s, rate in keys:
+        rs = [r for r in rows if r["system"] == s and r["rate"] == rate]
+        part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
+        whole = lambda key: fmt_mmm([r[key] for r in rs], 1)  # noqa: E731
+        out(f"| {s} | {rate:,} | {whole('p50_ms')} / {whole('p99_ms')} | "
+            f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
+            f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')} |")
+    out("")
 
 
 def live_vs_relay(live, out, targets):

@@ -255,6 +255,7 @@ def eos_report(results, meta, out, targets):
             out(f"- {note}")
         if notes:
             out("")
+        eos_live_split(lv, keys, out)
     busy = [r for r in cu + lv if r.get("other_load_cores", 0) > 0.2]
     if busy:
         out(f"- the machine was shared: other processes used up to "
@@ -262,6 +263,31 @@ def eos_report(results, meta, out, targets):
             f"{len(busy)} of {len(cu) + len(lv)} measurements (per measurement in results.json, "
             f"`other_load_cores`)")
         out("")
+
+
+def eos_live_split(lv, keys, out):
+    """The live latency split at each record's CreateTime (bench/src/live.rs): write → enqueue
+    is the stream read and the bridge's work; enqueue → consumer holds, under exactly-once, the
+    record's wait for its transaction's commit (a read_committed consumer sees it only then)."""
+    rows = [r for r in lv if (r.get("split") or {}).get("create_time_fraction")]
+    if not rows:
+        return
+    out("Where the live latency goes, split at each record's Kafka timestamp (`CreateTime`, "
+        "stamped when the bridge enqueues it; ms): under exactly-once, *enqueue → consumer* "
+        "holds the wait for the transaction's commit.")
+    out("")
+    out("| delivery | commit_interval_ms | write → enqueue p50 / p99 ms "
+        "| enqueue → consumer p50 / p99 ms |")
+    out("|---|---|---|---|")
+    for s, interval in keys:
+        rs = [r for r in rows if r["system"] == s and r["commit_interval_ms"] == interval]
+        if not rs:
+            continue
+        part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
+        out(f"| {MODES[s]} | {interval if interval is not None else '–'} | "
+            f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
+            f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')} |")
+    out("")
 
 
 def callgrind_report(results, out, targets, baseline=None):

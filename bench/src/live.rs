@@ -1,6 +1,12 @@
 //! The live measurement: a fixed-rate writer (inserts, updates, deletes) and, in the same
 //! process, a consumer of the bridge's topic that computes, for every record carrying a
 //! `bench_ts` stamp, the latency from the MongoDB write to the consumer seeing the record.
+//! That latency is split at the record's Kafka timestamp: the producer's `CreateTime`, which
+//! librdkafka (and the Java client) stamps when the record is handed to it (the bridge and the
+//! limit programs set none of their own; KIP-32). *write → enqueue* is the server's commit,
+//! the change stream's read wait and the system's own read and encode; *enqueue → consumer* is
+//! the producer's linger and batch, the broker's append and the consumer's fetch. Clocks: one
+//! machine, the timestamp in milliseconds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +47,9 @@ pub struct LiveArgs {
 struct Seen {
     /// Latencies of stamped records, µs.
     latencies: Vec<i64>,
+    /// Of those carrying a `CreateTime`: write → enqueue and enqueue → consumer, µs.
+    to_enqueue: Vec<i64>,
+    from_enqueue: Vec<i64>,
     /// Records seen (stamped or not).
     records: u64,
     /// Stamped records seen by the deadline of the "sustained" check.
@@ -132,12 +141,20 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<String> {
                 };
                 let now = now_us();
                 let ts = message.payload().and_then(stamp);
+                let created = match message.timestamp() {
+                    rdkafka::Timestamp::CreateTime(ms) => Some(ms * 1000),
+                    _ => None,
+                };
                 let mut seen = seen
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 seen.records += 1;
                 if let Some(ts) = ts {
                     seen.latencies.push(now - ts);
+                    if let Some(created) = created {
+                        seen.to_enqueue.push(created - ts);
+                        seen.from_enqueue.push(now - created);
+                    }
                     if now <= deadline_us.load(Ordering::Relaxed) {
                         seen.stamped_by_deadline += 1;
                     }
@@ -169,6 +186,16 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<String> {
     let mut seen = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
     let records = seen.records;
     let by_deadline = seen.stamped_by_deadline;
+    seen.to_enqueue.sort_unstable();
+    seen.from_enqueue.sort_unstable();
+    let (to_enqueue, from_enqueue) = (&seen.to_enqueue, &seen.from_enqueue);
+    let split = json!({
+        "write_to_enqueue_p50_ms": percentile(to_enqueue, 0.50),
+        "write_to_enqueue_p99_ms": percentile(to_enqueue, 0.99),
+        "enqueue_to_consumer_p50_ms": percentile(from_enqueue, 0.50),
+        "enqueue_to_consumer_p99_ms": percentile(from_enqueue, 0.99),
+        "create_time_fraction": to_enqueue.len() as f64 / seen.latencies.len().max(1) as f64,
+    });
     let lat = &mut seen.latencies;
     lat.sort_unstable();
     Ok(json!({
@@ -182,6 +209,7 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<String> {
         "p50_ms": percentile(lat, 0.50),
         "p99_ms": percentile(lat, 0.99),
         "max_ms": percentile(lat, 1.0),
+        "split": split,
     })
     .to_string())
 }
