@@ -62,12 +62,16 @@ def writer_max(h, run):
 
 
 def resolve(h, rates):
-    """Events/s of each step: N% of this run's writer maximum, rounded to 100/s."""
+    """(events/s, step) of each step: N% of this run's writer maximum, rounded to 100/s, is
+    the step "N %" (the same step in every run, whatever the run's maximum); a rate is its own
+    step."""
     out = []
     for r in rates:
         if isinstance(r, str):
-            r = max(100, int(round(h.writer_rate * int(r[:-1]) / 100 / 100) * 100))
-        out.append(r)
+            out.append((max(100, int(round(h.writer_rate * int(r[:-1]) / 100 / 100) * 100)),
+                        f"{r[:-1]} %"))
+        else:
+            out.append((r, r))
     return out
 
 
@@ -101,14 +105,15 @@ def steps(h, system, pid, running, coll, topic, run):
     paced = system in ("bridge", "limit-relay")
     rates = resolve(h, args.rates if paced else args.baseline_rates)
     ramp = resolve(h, args.ramp) if paced else []
-    for rate in [*rates, *ramp]:
+    for rate, step in [*rates, *ramp]:
         if not running():
             raise HarnessError(f"{system} exited during the live run (see {h.work})")
         sampler = RssSampler(pid)
         r = h.bench("live", "--db", DB, "--coll", coll, "--topic", topic, "--rate", str(rate),
                     "--duration", str(args.live_duration), "--settle", str(args.settle),
                     timeout=args.live_duration + args.settle + 60)
-        r.update(system=system, run=run, rate=rate, ramp=rate in ramp and rate not in rates,
+        r.update(system=system, run=run, rate=rate, step=step,
+                 ramp=(rate, step) in ramp and (rate, step) not in rates,
                  rss_mib=sampler.stop())
         r["sustained"] = r["write_rate"] >= 0.9 * rate and r["delivered_within_1s_fraction"] >= 0.95
         h.results["live"].append(r)

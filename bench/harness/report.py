@@ -100,11 +100,11 @@ def report(results, meta, with_targets=True):
         out("|---|---|---|---|---|---|---|---|---|")
         keys = []
         for r in live:
-            if (r["system"], r["rate"]) not in keys:
-                keys.append((r["system"], r["rate"]))
-        for s, rate in keys:
-            rs = [r for r in live if r["system"] == s and r["rate"] == rate]
-            out(f"| {s} | {rate:,} | {fmt_mmm([r['write_rate'] for r in rs])} | "
+            if (r["system"], step_of(r)) not in keys:
+                keys.append((r["system"], step_of(r)))
+        for s, step in keys:
+            rs = [r for r in live if r["system"] == s and step_of(r) == step]
+            out(f"| {s} | {step_label(rs)} | {fmt_mmm([r['write_rate'] for r in rs])} | "
                 f"{fmt_mmm([r['p50_ms'] for r in rs], 1)} | {fmt_mmm([r['p99_ms'] for r in rs], 1)} | "
                 f"{fmt_mmm([r['max_ms'] for r in rs], 1)} | "
                 f"{fmt_mmm([100 * r['delivered_within_1s_fraction'] for r in rs], 1)} % | "
@@ -265,6 +265,21 @@ def highest_sustained(rows):
     return best
 
 
+def step_of(r):
+    """A live step: its rate, or its share of the writer's maximum ("50 %") whatever each
+    run's maximum made of it."""
+    return r.get("step", r["rate"])
+
+
+def step_label(rs):
+    """The target/s cell of one step over the runs: the rate, or the share and its rates."""
+    step = step_of(rs[0])
+    if isinstance(step, str):
+        rates = sorted({r["rate"] for r in rs})
+        return f"{step} of the writer's max ({', '.join(f'{x:,}' for x in rates)})"
+    return f"{step:,}"
+
+
 def live_split(live, out):
     """Where each system's write → consumer latency goes, split at the record's CreateTime
     (bench/src/live.rs): write → enqueue (the server's commit, the change stream's read wait,
@@ -281,13 +296,13 @@ def live_split(live, out):
     out("|---|---|---|---|---|")
     keys = []
     for r in rows:
-        if (r["system"], r["rate"]) not in keys:
-            keys.append((r["system"], r["rate"]))
-    for s, rate in keys:
-        rs = [r for r in rows if r["system"] == s and r["rate"] == rate]
+        if (r["system"], step_of(r)) not in keys:
+            keys.append((r["system"], step_of(r)))
+    for s, step in keys:
+        rs = [r for r in rows if r["system"] == s and step_of(r) == step]
         part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
         whole = lambda key: fmt_mmm([r[key] for r in rs], 1)  # noqa: E731
-        out(f"| {s} | {rate:,} | {whole('p50_ms')} / {whole('p99_ms')} | "
+        out(f"| {s} | {step_label(rs)} | {whole('p50_ms')} / {whole('p99_ms')} | "
             f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
             f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')} |")
     out("")
