@@ -88,7 +88,7 @@ pub(crate) fn validate_properties(kafka: &KafkaConfig, group_id: &str) -> Result
         .map(drop)
         .map_err(|e| match e {
             KafkaError::ClientConfig(_, description, key, value) => {
-                format!("{description} (property {key:?}, value {value:?})")
+                super::kafka::rejected_property(&description, &key, &value)
             }
             other => other.to_string(),
         })

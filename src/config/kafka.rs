@@ -131,10 +131,21 @@ pub(crate) fn validate_properties(kafka: &KafkaConfig) -> Result<(), String> {
         .map(drop)
         .map_err(|e| match e {
             rdkafka::error::KafkaError::ClientConfig(_, description, key, value) => {
-                format!("{description} (property {key:?}, value {value:?})")
+                rejected_property(&description, &key, &value)
             }
             other => other.to_string(),
         })
+}
+
+/// librdkafka's refusal of property `key`, for an error message. The value is shown only for
+/// a property librdkafka knows and whose name is not a secret's: an unknown name may be a
+/// misspelled secret (`sasl.passwd`), so its value is never printed.
+pub(super) fn rejected_property(description: &str, key: &str, value: &str) -> String {
+    if is_secret_property(key) || description.contains("No such configuration property") {
+        format!("{description} (property {key:?}; its value is not shown)")
+    } else {
+        format!("{description} (property {key:?}, value {value:?})")
+    }
 }
 
 /// True for librdkafka properties whose value is a secret.

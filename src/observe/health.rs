@@ -250,11 +250,12 @@ impl Health {
         self.pipelines.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether pipeline `name` stopped on a failure (and no run began since).
-    pub(crate) fn failed(&self, name: &str) -> bool {
+    /// Whether pipeline `name` stopped on a failure or was refused (and no run began since):
+    /// a reload runs it again.
+    pub(crate) fn stopped(&self, name: &str) -> bool {
         self.list()
             .iter()
-            .any(|(n, p)| n == name && p.failed().is_some())
+            .any(|(n, p)| n == name && (p.failed().is_some() || p.refused().is_some()))
     }
 
     /// The pipelines' names, in order.

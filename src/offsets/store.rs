@@ -170,6 +170,12 @@ impl OffsetsStore {
     /// Errors: [`BridgeError::OffsetsDocument`] for a document this version cannot read (before
     /// anything is written), [`BridgeError::Checkpoint`] when MongoDB fails.
     pub async fn take(&self) -> Result<OffsetsDoc, BridgeError> {
+        self.take_from().await.map(|(taken, _)| taken)
+    }
+
+    /// [`OffsetsStore::take`], and the end of the previous owner's lease when it was another
+    /// instance's and still running: until then its queued records may still be delivered.
+    pub(crate) async fn take_from(&self) -> Result<(OffsetsDoc, Option<DateTime>), BridgeError> {
         // Conditional on the epoch just read, so a stale request (say, of a process killed while
         // its take-over was in flight) cannot bump the epoch after a successor took it.
         for _ in 0..TAKE_ATTEMPTS {
@@ -200,8 +206,8 @@ impl OffsetsStore {
             filter.extend(self.identity_filter(Some(&current))?);
             if let Some(taken) = self.take_where(filter, Some(&current), false).await? {
                 self.log_identity_changes(&current);
-                self.log_live_owner(&current);
-                return Ok(taken);
+                let live_until = self.log_live_owner(&current);
+                return Ok((taken, live_until));
             }
             // Another instance changed the epoch in between: read again.
         }
@@ -234,17 +240,21 @@ impl OffsetsStore {
 
     /// A take-over from an owner whose lease was still running (a rolling update, or a second
     /// instance started by mistake) is said, naming that owner: it is fenced at its next write.
-    fn log_live_owner(&self, before: &OffsetsDoc) {
+    /// The end of that lease, when there was one.
+    fn log_live_owner(&self, before: &OffsetsDoc) -> Option<DateTime> {
         let (Some(owner), Some(until)) = (&before.owner, before.lease_until) else {
-            return;
+            return None;
         };
         if until > DateTime::now() && *owner != self.owner {
             tracing::warn!(pipeline = %self.pipeline, from = %owner,
                 lease_until = %until.try_to_rfc3339_string().unwrap_or_default(),
-                "took the pipeline from a live owner, which is fenced at its next write and \
-                 stands by: expected in a rolling update; otherwise two instances run this \
-                 configuration (use [bridge] group_id for replicas)");
+                "took the pipeline from an owner whose lease was still running, which is \
+                 fenced at its next write and stands by if it is alive: expected in a rolling \
+                 update, or after that owner's process was killed or crashed; otherwise two \
+                 instances run this configuration (use [bridge] group_id for replicas)");
+            return Some(until);
         }
+        None
     }
 
     /// Takes the pipeline only if its epoch is still the one of `seen` (the document a standby

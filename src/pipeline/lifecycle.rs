@@ -11,7 +11,8 @@
 //! - Every stop that still holds the pipeline releases its lease (clean or fatal), so standbys
 //!   and tools see no live owner at once. A fenced instance holds nothing.
 //! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
-//!   reset after a run that lasted longer than [`HEALTHY_RUN`].
+//!   reset after a run that lasted longer than [`HEALTHY_RUN`]. A reopen after an `invalidate`
+//!   is at once, unless the stream closed again within that time: never a tight loop.
 //! - A run that failed in the producer gets a new one.
 //! - A pipeline that stops on a failure says so where operators look: `/readyz` names it with
 //!   the error and the remedy, and `…_pipeline_failed` is 1 until its next run begins.
@@ -228,8 +229,25 @@ async fn between_runs(
             *epoch = Some(taken);
             ctx.metrics.owned.set(1);
         }
-        Action::Reopen => {
+        Action::Reopen if *backoff_attempt == 0 => {
+            *backoff_attempt = 1;
             info!(pipeline = %p.name, "stream invalidated; reopening after the invalidate event");
+        }
+        // Closed again within a minute of the last reopen: never a tight loop.
+        Action::Reopen => {
+            let delay = backoff(*backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
+            *backoff_attempt = backoff_attempt.saturating_add(1);
+            warn!(pipeline = %p.name, delay_ms = delay.as_millis() as u64,
+                  "stream invalidated again soon after the last reopen; reopening after a \
+                   pause. If this repeats with no new event published, the server closes the \
+                   stream at a position the bridge cannot pass: check that the pipeline's filter \
+                   lets `invalidate` events through");
+            if cancellable(cancel, tokio::time::sleep(delay))
+                .await
+                .is_none()
+            {
+                return Some(Ended::Stopped);
+            }
         }
         // A skip that could not run (no epoch held) waits like any restart.
         Action::Restart | Action::SkipHistory | Action::Stop | Action::Refuse => {
@@ -308,8 +326,8 @@ async fn run_owned(
     let (name, health) = (&ctx.pipeline.name, &ctx.health);
     let offsets = match *epoch {
         None => {
-            let take = said(name, health, "taking its offsets document", store.take());
-            cancellable(cancel, take).await?
+            let wait = ctx.pipeline.delivery != Delivery::ExactlyOnce;
+            standby::take_over(store, health, name, wait, cancel).await?
         }
         Some(held) => {
             let load = said(

@@ -55,6 +55,11 @@ pub(super) async fn prepare(
         .expect("a taken or reloaded offsets document has an epoch");
     let start = start_of(p, offsets)?;
     log_start(p, offsets, &start);
+    // The gauges of the committed position start from the stored one, not from 0 until the
+    // next commit (a `time() - …_checkpoint_timestamp_seconds` alert would see 56 years).
+    if let Some(position_time) = offsets.position_time.or(offsets.cluster_time) {
+        ctx.metrics.committed(offsets.cluster_time, position_time);
+    }
     let offsets_location = ctx.config.mongodb.offsets();
     let spec = StreamSpec {
         pipeline: p,

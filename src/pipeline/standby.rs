@@ -1,11 +1,20 @@
 //! Standing by: after another instance fenced this one, watch the owner's lease and take the
 //! pipeline back only once it lapsed, with one compare-and-set ([`OffsetsStore::take_lapsed`]).
+//! And the other side of a take-over: [`take_over`] waits out a fenced predecessor's lease
+//! before the first record.
 //!
 //! Invariants:
 //! - A standby is live: its loop ticks the pipeline's heartbeat on every look.
 //! - A standby is ready: it records the owner and the lease end for `/readyz`.
 //! - Of several standbys of one pipeline, exactly one takes it when its owner dies (the take
 //!   filters on the epoch read and on the lapsed lease); the others keep standing by.
+//! - Per-document order across a take-over (at-least-once): an owner fenced while its lease ran
+//!   (paused, or killed with records queued) stops taking events once it cannot renew in time,
+//!   and librdkafka fails each queued record `message.timeout.ms` (≤ `lease_ms −
+//!   commit_interval_ms − 1 s`) after it was enqueued, so none of its records can be delivered
+//!   after its lease's end. The new owner publishes its first record only after that end, so
+//!   an older record of a document never lands after a newer one. (Exactly-once needs no wait:
+//!   the new producer's `init_transactions` aborts the old one's open transaction.)
 
 use std::time::Duration;
 
@@ -100,6 +109,51 @@ async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Look {
             Look::Wait
         }
     }
+}
+
+/// Takes the pipeline (fencing any older owner) and, when the previous owner's lease was still
+/// running, waits for its end before the run's first record, then renews ours (the wait may
+/// have used most of it). Under exactly-once it does not wait (module doc). `None` when
+/// `cancel` fired during the wait.
+///
+/// Errors: the take's, or the renewal's (a successor fenced this instance meanwhile).
+pub(super) async fn take_over(
+    store: &OffsetsStore,
+    health: &PipelineHealth,
+    name: &str,
+    wait_for_predecessor: bool,
+    cancel: &CancellationToken,
+) -> Option<Result<crate::offsets::OffsetsDoc, BridgeError>> {
+    let what = "taking its offsets document";
+    let taken = cancellable(
+        cancel,
+        super::waiting::said(name, health, what, store.take_from()),
+    );
+    let (offsets, until) = match taken.await? {
+        Ok(taken) => taken,
+        Err(e) => return Some(Err(e)),
+    };
+    let Some(until) = until.filter(|_| wait_for_predecessor) else {
+        return Some(Ok(offsets));
+    };
+    let left = until.timestamp_millis() - DateTime::now().timestamp_millis();
+    if left > 0 {
+        tracing::info!(pipeline = %name, wait_ms = left,
+            "waiting for the previous owner's lease to end before the first record: its queued \
+             records expire by then (per-document order)");
+        // Live meanwhile: the heartbeat ticks as a standby's does.
+        let end = tokio::time::Instant::now() + Duration::from_millis(left as u64);
+        while let Some(rest) = end.checked_duration_since(tokio::time::Instant::now())
+            && !rest.is_zero()
+        {
+            health.beat();
+            cancellable(cancel, tokio::time::sleep(rest.min(LOOK_EVERY))).await?;
+        }
+    }
+    let epoch = offsets
+        .epoch
+        .expect("a taken offsets document has an epoch");
+    Some(store.renew(epoch).await.map(|()| offsets))
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //!   which closes the server cursor (`killCursors`).
 //! - A token the driver reports that cannot be read back is an error, never a silent start
 //!   elsewhere; no watermark is sent while a split event is partly read.
+//! - A closed stream (after an `invalidate`, read or filtered out) first sends its last token
+//!   as a watermark when it moved, then ends with `StreamClosed`.
 
 use std::sync::Arc;
 
@@ -125,6 +127,22 @@ impl StreamReader {
                 }
             },
             Ok(None) if !self.stream.is_alive() => {
+                // The server closed the cursor: after an `invalidate` (its token is then the
+                // last position read). A filter that drops `invalidate` hides that event, but
+                // the closing reply's post-batch resume token still stands at or past it: sent
+                // once as a watermark, it lets the reopen start after the invalidate instead of
+                // reading the same drop again, forever. (The same token as an event just read
+                // is the same position again: harmless.)
+                if !self.split.is_pending()
+                    && let Ok(Some(token)) = current_token(&self.stream)
+                    && self.last_watermark.as_ref() != Some(&token)
+                {
+                    self.last_watermark = Some(token.clone());
+                    return Ok(Some(SourceItem::Watermark {
+                        token,
+                        position_time: timestamp_now(),
+                    }));
+                }
                 return Err(BridgeError::StreamClosed {
                     pipeline: pipeline(),
                 });

@@ -204,7 +204,13 @@ async fn serve(
     .await
     .map_err(|e| BridgeError::Config {
         field: "metrics.listen".into(),
-        reason: format!("cannot listen on {listen}: {e}"),
+        reason: match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "cannot listen on {listen}: another process holds the port (a second bridge on \
+                 this host?); stop it or give this bridge a free port"
+            ),
+            _ => format!("cannot listen on {listen}: {e}"),
+        },
     })
 }
 
@@ -250,7 +256,10 @@ fn log_settings(config: &Config) {
 }
 
 /// Runs every pipeline (and what reloads add) until `cancel` or the first error (a panicked
-/// task counts as one), which cancels the others. Also an error: every pipeline refused.
+/// task counts as one), which cancels the others. Also an error: every pipeline refused at
+/// start. After a reload the process keeps running with every pipeline refused (health names
+/// each), so a reload that changed a stream never takes the service down: `offsets
+/// accept-config` and the next SIGHUP run it.
 async fn supervise(
     contexts: Vec<PipelineContext>,
     metrics: &Metrics,
@@ -269,10 +278,12 @@ async fn supervise(
         roster.start(ctx, None).await;
     }
     let mut refused = std::collections::HashSet::new();
+    let mut reloaded = false;
     let result = loop {
         tokio::select! {
             () = cancel.cancelled() => break Ok(()),
             Some(reload) = reloads.recv() => {
+                reloaded = true;
                 let mut stopping = reload.removed.clone();
                 stopping.extend(reload.contexts.iter().map(|c| c.pipeline.name.clone()));
                 roster.stop(&stopping).await;
@@ -291,6 +302,13 @@ async fn supervise(
                     Ok(Ended::Refused) => {
                         refused.insert(end.name.clone());
                         if !roster.is_empty() {
+                            continue;
+                        }
+                        if reloaded {
+                            tracing::error!(
+                                "every pipeline is refused after the reload (see the log above \
+                                 for each); the process keeps running: run `offsets \
+                                 accept-config` or restore the file, then send SIGHUP again");
                             continue;
                         }
                         BridgeError::Config {

@@ -2,8 +2,8 @@
 //! `[[pipelines]]` changes apply. Pipelines that were added start (in a group: get a slot and
 //! run where the group assigns them), removed ones drain and release, changed ones restart
 //! with their new settings (a changed stream goes through the fingerprint rule: refused until
-//! `offsets accept-config`), unchanged ones that had stopped on a failure run again, and the
-//! other unchanged ones keep running untouched.
+//! `offsets accept-config`), unchanged ones that had stopped on a failure or were refused run
+//! again, and the other unchanged ones keep running untouched.
 //!
 //! Invariants:
 //! - A file that does not load (invalid, unreadable) is rejected with its error, and nothing
@@ -170,7 +170,7 @@ impl Reloader {
             .iter()
             .map(|p| &p.name)
             .filter(|n| !plan.added.contains(n) && !plan.changed.contains(n))
-            .filter(|n| self.health.failed(n))
+            .filter(|n| self.health.stopped(n))
             .cloned()
             .collect();
         if plan.is_empty() {

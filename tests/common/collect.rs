@@ -16,6 +16,8 @@ use crate::common::unique;
 pub struct Received {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp (ms; the producer's `CreateTime`), when it has one.
+    pub timestamp_ms: Option<i64>,
     pub key: Option<String>,
     pub value: Option<String>,
     pub headers: Vec<(String, String)>,
@@ -41,6 +43,8 @@ impl Received {
 pub struct RawRecord {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp (ms; the producer's `CreateTime`), when it has one.
+    pub timestamp_ms: Option<i64>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
     pub headers: Vec<(String, Vec<u8>)>,
@@ -68,6 +72,7 @@ impl RawRecord {
         Self {
             partition: m.partition(),
             offset: m.offset(),
+            timestamp_ms: m.timestamp().to_millis(),
             key: m.key().map(<[u8]>::to_vec),
             value: m.payload().map(<[u8]>::to_vec),
             headers,
@@ -80,6 +85,7 @@ impl RawRecord {
         Received {
             partition: self.partition,
             offset: self.offset,
+            timestamp_ms: self.timestamp_ms,
             key: text(self.key),
             value: text(self.value),
             headers: self

@@ -119,7 +119,8 @@ async fn when_the_owner_dies_exactly_one_of_two_standbys_takes_over() {
     // (each later instance said that it took the pipeline from a live owner)
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(
-        text.matches("took the pipeline from a live owner").count(),
+        text.matches("took the pipeline from an owner whose lease was still running")
+            .count(),
         2,
         "{text}"
     );

@@ -146,7 +146,8 @@ async fn sigterm_drains_within_the_bound_and_a_second_signal_exits_at_once() {
     let db = unique("sig");
     let text = config_toml("sig", &db, Some("t"), "")
         .replace(&kafka_bootstrap(), "127.0.0.1:1")
-        .replace("shutdown_timeout_ms = 10000", "shutdown_timeout_ms = 3000");
+        .replace("shutdown_timeout_ms = 10000", "shutdown_timeout_ms = 3000")
+        .replace("[bridge]\n", "[bridge]\nlease_ms = 8000\n");
     let file = config_file(&text);
     let client = mongo().await;
     let mut first = spawn_binary(file.path());
@@ -169,9 +170,17 @@ async fn sigterm_drains_within_the_bound_and_a_second_signal_exits_at_once() {
     );
     let offsets = offsets_doc(&client, &db, "sig").await.unwrap();
     assert_eq!(offsets.get_i64("eventsCommitted").unwrap(), 0);
-    // WHEN a second instance gets two signals in a row
+    // WHEN a second instance took over (after the first's lease, which a drain that timed out
+    // leaves running: its queued records must expire first) and gets two signals in a row
+    let lease_end = offsets
+        .get_datetime("leaseUntil")
+        .unwrap()
+        .timestamp_millis();
     let mut second = spawn_binary(file.path());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_offsets(&client, &db, "sig", WAIT, |d| d.get_i64("epoch") == Ok(2)).await;
+    while bson::DateTime::now().timestamp_millis() < lease_end + 1000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     coll.insert_one(doc! { "_id": 100 }).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = std::time::Instant::now();
@@ -201,3 +210,100 @@ fn wait_exit(child: &mut std::process::Child, timeout: Duration) -> Option<i32> 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_reports_the_committed_clustertime_before_any_new_event() {
+    // GIVEN a pipeline that committed one event, then stopped
+    let db = unique("ctsg");
+    create_topic(&format!("{db}.t"), 1).await;
+    let text = config_toml("ctsg", &db, Some("t"), "");
+    let client = mongo().await;
+    let bridge = crate::common::bridge::start_opened(&text, &db, "ctsg").await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    let committed = wait_offsets(&client, &db, "ctsg", WAIT, |d| {
+        crate::common::mongo::events_committed(d) >= 1
+    })
+    .await;
+    let stored = committed.get_timestamp("clusterTime").unwrap().time;
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+    // WHEN it starts again, no event written since
+    let bridge = crate::common::bridge::start_opened(&text, &db, "ctsg").await;
+    // THEN once its stream is open the checkpoint gauge shows the stored clusterTime, not 0
+    // until the next commit (no event is written)
+    let gauge = || {
+        crate::common::observe::counter(
+            bridge.metrics(),
+            mongo_kafka_bridge::observe::metrics::CHECKPOINT_TIMESTAMP,
+            "ctsg",
+            &[],
+        )
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while gauge() == 0.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gauge(), f64::from(stored));
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_take_over_from_a_paused_owner_publishes_only_after_its_lease_ends() {
+    // GIVEN an owner with a short lease, paused (SIGSTOP) after it committed
+    let db = unique("paused");
+    let topic = format!("{db}.t");
+    create_topic(&topic, 1).await;
+    let text = config_toml("paused", &db, Some("t"), "")
+        .replace("[bridge]\n", "[bridge]\nlease_ms = 8000\n");
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<bson::Document>("t");
+    let file_a = config_file(&text);
+    let mut a = crate::common::bridge::Killed(spawn_binary(file_a.path()));
+    wait_offsets(&client, &db, "paused", WAIT, |d| {
+        d.contains_key("resumeToken")
+    })
+    .await;
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    wait_offsets(&client, &db, "paused", WAIT, |d| {
+        crate::common::mongo::events_committed(d) >= 1
+    })
+    .await;
+    signal(a.0.id(), "STOP");
+    let lease_end = offsets_doc(&client, &db, "paused")
+        .await
+        .unwrap()
+        .get_datetime("leaseUntil")
+        .unwrap()
+        .timestamp_millis();
+    // WHEN a second instance takes the pipeline over, and a document is written
+    let file_b = config_file(&text);
+    let mut b = crate::common::bridge::Killed(spawn_binary(file_b.path()));
+    wait_offsets(&client, &db, "paused", WAIT, |d| {
+        d.get_i64("epoch") == Ok(2)
+    })
+    .await;
+    coll.insert_one(doc! { "_id": 2 }).await.unwrap();
+    // THEN the new owner's record was produced only after the paused owner's lease ended
+    // (whatever the paused owner still queued expires by then: per-document order)
+    let records =
+        crate::common::collect::collect_from(&kafka_bootstrap(), &topic, 2, QUIET_SHORT, WAIT)
+            .await;
+    let second = records
+        .iter()
+        .find(|r| r.key.as_deref() == Some(crate::common::collect::key_of(2).as_str()))
+        .expect("the record of _id 2");
+    let produced = second.timestamp_ms.expect("a CreateTime");
+    assert!(produced >= lease_end, "{produced} < {lease_end}");
+    let log = std::fs::read_to_string(file_b.path().with_extension("log")).unwrap_or_default();
+    assert!(
+        log.contains("waiting for the previous owner's lease to end"),
+        "{log}"
+    );
+    signal(a.0.id(), "CONT");
+    a.kill();
+    b.kill();
+}
+
+const QUIET_SHORT: Duration = Duration::from_secs(1);

@@ -173,6 +173,11 @@ async fn move_then_delete(client: &Client, db: &str, config: &Path) {
     }
     let (code, out) = cli(&["offsets", "reset", "orders"], config);
     assert_eq!(code, Some(2), "a reset needs a target: {out}");
+    // A mistyped name is refused, and no stray document appears for it
+    let (code, out) = cli(&["offsets", "reset", "ordres", "--to-now"], config);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("is not in the configuration"), "{out}");
+    assert!(offsets_doc(client, db, "ordres").await.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]

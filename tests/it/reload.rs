@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bson::{DateTime, Document, doc};
 
-use crate::common::bridge::{Killed, signal, spawn_binary};
+use crate::common::bridge::{Killed, bridge_cli, signal, spawn_binary};
 use crate::common::collect::{collect_from, per_id};
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
@@ -121,6 +121,47 @@ async fn sighup_adds_and_removes_pipelines_keeps_the_others_and_rejects_bad_file
         "{text}"
     );
     assert!(text.contains("needs a restart"), "{text}");
+    bridge.kill();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_refuses_the_only_pipeline_keeps_the_process_for_accept_config() {
+    // GIVEN a running bridge with one pipeline, its position committed
+    let db = unique("hupf");
+    let topic = format!("{db}.f");
+    create_topic(&topic, 1).await;
+    let plain = config_toml("f", &db, Some("f"), "");
+    let file = config_file(&plain);
+    let log = file.path().with_extension("log");
+    let mut bridge = Killed(spawn_binary(file.path()));
+    let pid = bridge.0.id();
+    let client = mongo().await;
+    let coll = client.database(&db).collection::<Document>("f");
+    wait_offsets(&client, &db, "f", WAIT, |d| d.contains_key("resumeToken")).await;
+    insert(&coll, 0..5).await;
+    // WHEN its filter changes and SIGHUP is sent
+    let filter = "pipeline = '[{\"$match\": {\"operationType\": \"insert\"}}]'\n";
+    let filtered = config_toml("f", &db, Some("f"), filter);
+    std::fs::write(file.path(), &filtered).unwrap();
+    signal(pid, "HUP");
+    // THEN the pipeline is refused, and the process says so and keeps running
+    logged(&log, "every pipeline is refused after the reload", 1).await;
+    insert(&coll, 5..10).await;
+    assert!(bridge.0.try_wait().unwrap().is_none(), "the process exited");
+    // WHEN the new stream is accepted and SIGHUP sent again
+    let (code, stdout, stderr) = bridge_cli(&["offsets", "accept-config", "f"], file.path());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    signal(pid, "HUP");
+    // THEN it runs again from its position: every document arrives, the ones written while
+    // it was refused included
+    insert(&coll, 10..15).await;
+    let records = collect_from(&kafka_bootstrap(), &topic, 15, QUIET, WAIT).await;
+    let counts = per_id(&records);
+    assert_eq!(
+        (0..15).filter(|i| counts.contains_key(i)).count(),
+        15,
+        "{counts:?}"
+    );
     bridge.kill();
 }
 

@@ -138,6 +138,11 @@ impl Command<'_> {
                 }
                 forgot
             }
+            // A mistyped name must not create a stray document that looks like a reset.
+            (_, None) if !self.config.pipelines.iter().any(|p| p.name == name) => {
+                let _ = writeln!(out, "{}", self.missing(name));
+                return Ok(false);
+            }
             (target, _) => {
                 let at = match target {
                     ResetTo::Timestamp(ts) => ts,

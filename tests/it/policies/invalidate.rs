@@ -191,3 +191,41 @@ async fn c07_drop_database_on_a_database_pipeline_is_published_and_followed() {
     assert_eq!(first_occurrences(&records), expected);
     assert_followed(&records, &metrics, name);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_filter_follows_a_dropped_and_recreated_collection() {
+    // GIVEN a collection-scope pipeline with the example configuration's filter: document
+    // changes and `invalidate` (the drop itself is filtered out)
+    let name = "c07f";
+    let db = unique(name);
+    let topic = format!("{db}.orders");
+    create_topic(&topic, 1).await;
+    let client = mongo().await;
+    let example =
+        std::fs::read_to_string(crate::common::root().join("deploy/config.example.toml")).unwrap();
+    let filter = example
+        .lines()
+        .find(|l| l.starts_with("pipeline = "))
+        .expect("the example's filter")
+        .split(" # ")
+        .next()
+        .unwrap();
+    assert!(filter.contains("\"invalidate\""), "{filter}");
+    let toml = config_toml(name, &db, Some("orders"), &format!("{filter}\n"));
+    let bridge = start_opened(&toml, &db, name).await;
+    let orders = client.database(&db).collection::<Document>("orders");
+    // WHEN a document is inserted, the collection dropped, then re-created by an insert
+    orders.insert_one(doc! { "_id": 1 }).await.unwrap();
+    orders.drop().await.unwrap();
+    orders.insert_one(doc! { "_id": 2 }).await.unwrap();
+    // THEN the invalidate is published, and the insert after the drop too: the stream was
+    // reopened after the invalidate
+    let records = records(&topic, 3, WAIT).await;
+    let expected = reopened(name, [("insert", key_of(1))]);
+    assert_eq!(first_occurrences(&records), expected);
+    wait_offsets(&client, &db, name, WAIT, |d| events_committed(d) >= 3).await;
+    let metrics = bridge.metrics().clone();
+    assert_followed(&records, &metrics, name);
+    bridge.shutdown();
+    bridge.wait().await.unwrap();
+}
