@@ -325,10 +325,7 @@ async fn run_owned(
 ) -> Option<BridgeError> {
     let (name, health) = (&ctx.pipeline.name, &ctx.health);
     let offsets = match *epoch {
-        None => {
-            let wait = ctx.pipeline.delivery != Delivery::ExactlyOnce;
-            standby::take_over(store, health, name, wait, cancel).await?
-        }
+        None => standby::take_over(ctx, store, cancel).await?,
         Some(held) => {
             let load = said(
                 name,
@@ -343,10 +340,6 @@ async fn run_owned(
         Ok(offsets) => offsets,
         Err(e) => return Some(e),
     };
-    if epoch.is_none() {
-        info!(pipeline = %ctx.pipeline.name, epoch = offsets.epoch, "took the pipeline");
-        ctx.metrics.owned.set(1);
-    }
     *epoch = offsets.epoch;
     if ctx.pipeline.delivery == Delivery::ExactlyOnce {
         // Whatever ended an earlier run, its producer may hold an open transaction (or a

@@ -118,12 +118,12 @@ async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Look {
 ///
 /// Errors: the take's, or the renewal's (a successor fenced this instance meanwhile).
 pub(super) async fn take_over(
+    ctx: &super::context::PipelineContext,
     store: &OffsetsStore,
-    health: &PipelineHealth,
-    name: &str,
-    wait_for_predecessor: bool,
     cancel: &CancellationToken,
 ) -> Option<Result<crate::offsets::OffsetsDoc, BridgeError>> {
+    let (name, health) = (ctx.pipeline.name.as_str(), &ctx.health);
+    let wait_for_predecessor = ctx.pipeline.delivery != crate::config::Delivery::ExactlyOnce;
     let what = "taking its offsets document";
     let taken = cancellable(
         cancel,
@@ -133,26 +133,33 @@ pub(super) async fn take_over(
         Ok(taken) => taken,
         Err(e) => return Some(Err(e)),
     };
+    tracing::info!(pipeline = %name, epoch = offsets.epoch, "took the pipeline");
+    ctx.metrics.owned.set(1);
     let Some(until) = until.filter(|_| wait_for_predecessor) else {
         return Some(Ok(offsets));
     };
+    let epoch = offsets
+        .epoch
+        .expect("a taken offsets document has an epoch");
     let left = until.timestamp_millis() - DateTime::now().timestamp_millis();
     if left > 0 {
         tracing::info!(pipeline = %name, wait_ms = left,
             "waiting for the previous owner's lease to end before the first record: its queued \
              records expire by then (per-document order)");
-        // Live meanwhile: the heartbeat ticks as a standby's does.
+        // Live meanwhile (the heartbeat ticks as a standby's does), and our own lease is
+        // renewed every look: the wait may be as long as a lease, and a standby must never
+        // see ours lapse before our first record.
         let end = tokio::time::Instant::now() + Duration::from_millis(left as u64);
         while let Some(rest) = end.checked_duration_since(tokio::time::Instant::now())
             && !rest.is_zero()
         {
             health.beat();
+            if let Err(e) = store.renew(epoch).await {
+                return Some(Err(e));
+            }
             cancellable(cancel, tokio::time::sleep(rest.min(LOOK_EVERY))).await?;
         }
     }
-    let epoch = offsets
-        .epoch
-        .expect("a taken offsets document has an epoch");
     Some(store.renew(epoch).await.map(|()| offsets))
 }
 
