@@ -1,5 +1,6 @@
 """Summaries of repeated measurements: min / median / max over the runs (NaN left out), their
-"median (min–max)" form, and ratios taken within each run (side by side), never across runs."""
+"median (min–max)" form, ratios taken within each run (side by side), never across runs, and
+the live latency split's cells (bench/src/live.rs)."""
 
 import statistics
 
@@ -27,3 +28,15 @@ def run_ratios(by, a, b, runs, key="rate"):
     """[by[(a, run)][key] ÷ by[(b, run)][key]] for every run that measured both."""
     return [by[(a, k)][key] / by[(b, k)][key] for k in runs
             if (a, k) in by and (b, k) in by and by[(b, k)][key]]
+
+
+def with_split(rows):
+    """The live rows that carry the latency split (records with a CreateTime)."""
+    return [r for r in rows if (r.get("split") or {}).get("create_time_fraction")]
+
+
+def split_cells(rs):
+    """`write → enqueue p50 / p99 | enqueue → consumer p50 / p99` of `rs`, ms, over the runs."""
+    part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
+    return (f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
+            f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')}")

@@ -2,7 +2,7 @@
 the catch-up and live tables, the peers beside the bridge with the ratios bridge ÷ peer, the
 other blocks' tables (report_blocks.py), and the targets table."""
 
-from .figures import NAN, fmt_mmm, mmm, run_ratios
+from .figures import NAN, fmt_mmm, mmm, run_ratios, split_cells, with_split
 from .report_blocks import callgrind_report, copy_report, eos_report, group_report
 from .systems import BRIDGES, CATCHUP_SYSTEMS, OPTIONAL_SYSTEMS, PEERS, SIZES
 
@@ -98,12 +98,7 @@ def report(results, meta, with_targets=True):
         out("")
         out("| system | target/s | written/s | p50 ms | p99 ms | max ms | delivered ≤ 1 s after the writes | sustained | RSS MiB |")
         out("|---|---|---|---|---|---|---|---|---|")
-        keys = []
-        for r in live:
-            if (r["system"], step_of(r)) not in keys:
-                keys.append((r["system"], step_of(r)))
-        for s, step in keys:
-            rs = [r for r in live if r["system"] == s and step_of(r) == step]
+        for s, step, rs in by_step(live):
             out(f"| {s} | {step_label(rs)} | {fmt_mmm([r['write_rate'] for r in rs])} | "
                 f"{fmt_mmm([r['p50_ms'] for r in rs], 1)} | {fmt_mmm([r['p99_ms'] for r in rs], 1)} | "
                 f"{fmt_mmm([r['max_ms'] for r in rs], 1)} | "
@@ -271,6 +266,16 @@ def step_of(r):
     return r.get("step", r["rate"])
 
 
+def by_step(rows):
+    """(system, step, its rows over the runs) in the order the steps ran."""
+    keys = []
+    for r in rows:
+        if (r["system"], step_of(r)) not in keys:
+            keys.append((r["system"], step_of(r)))
+    return [(s, step, [r for r in rows if r["system"] == s and step_of(r) == step])
+            for s, step in keys]
+
+
 def step_label(rs):
     """The target/s cell of one step over the runs: the rate, or the share and its rates."""
     step = step_of(rs[0])
@@ -284,7 +289,7 @@ def live_split(live, out):
     """Where each system's write → consumer latency goes, split at the record's CreateTime
     (bench/src/live.rs): write → enqueue (the server's commit, the change stream's read wait,
     the system's read and encode) and enqueue → consumer (linger, produce, append, fetch)."""
-    rows = [r for r in live if (r.get("split") or {}).get("create_time_fraction")]
+    rows = with_split(live)
     if not rows:
         return
     out("Where the latency goes, split at each record's Kafka timestamp (`CreateTime`, stamped "
@@ -294,17 +299,10 @@ def live_split(live, out):
     out("| system | target/s | write → consumer p50 / p99 | write → enqueue p50 / p99 "
         "| enqueue → consumer p50 / p99 |")
     out("|---|---|---|---|---|")
-    keys = []
-    for r in rows:
-        if (r["system"], step_of(r)) not in keys:
-            keys.append((r["system"], step_of(r)))
-    for s, step in keys:
-        rs = [r for r in rows if r["system"] == s and step_of(r) == step]
-        part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
+    for s, step, rs in by_step(rows):
         whole = lambda key: fmt_mmm([r[key] for r in rs], 1)  # noqa: E731
         out(f"| {s} | {step_label(rs)} | {whole('p50_ms')} / {whole('p99_ms')} | "
-            f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
-            f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')} |")
+            f"{split_cells(rs)} |")
     out("")
 
 

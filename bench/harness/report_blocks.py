@@ -4,7 +4,7 @@ notes and the targets they check."""
 import os
 
 from .eos import CATCHUP_TARGET, LIVE_MARGIN_MS, MODES
-from .figures import fmt_mmm, mmm, run_ratios
+from .figures import fmt_mmm, mmm, run_ratios, split_cells, with_split
 from .group import group_variant
 from .snapshot import COPY_SIZES, COPY_SYSTEMS
 from .systems import SIZES
@@ -269,7 +269,7 @@ def eos_live_split(lv, keys, out):
     """The live latency split at each record's CreateTime (bench/src/live.rs): write → enqueue
     is the stream read and the bridge's work; enqueue → consumer holds, under exactly-once, the
     record's wait for its transaction's commit (a read_committed consumer sees it only then)."""
-    rows = [r for r in lv if (r.get("split") or {}).get("create_time_fraction")]
+    rows = with_split(lv)
     if not rows:
         return
     out("Where the live latency goes, split at each record's Kafka timestamp (`CreateTime`, "
@@ -283,10 +283,7 @@ def eos_live_split(lv, keys, out):
         rs = [r for r in rows if r["system"] == s and r["commit_interval_ms"] == interval]
         if not rs:
             continue
-        part = lambda key: fmt_mmm([r["split"][key] for r in rs], 1)  # noqa: E731
-        out(f"| {MODES[s]} | {interval if interval is not None else '–'} | "
-            f"{part('write_to_enqueue_p50_ms')} / {part('write_to_enqueue_p99_ms')} | "
-            f"{part('enqueue_to_consumer_p50_ms')} / {part('enqueue_to_consumer_p99_ms')} |")
+        out(f"| {MODES[s]} | {interval if interval is not None else '–'} | {split_cells(rs)} |")
     out("")
 
 

@@ -206,7 +206,7 @@ impl OffsetsStore {
             filter.extend(self.identity_filter(Some(&current))?);
             if let Some(taken) = self.take_where(filter, Some(&current), false).await? {
                 self.log_identity_changes(&current);
-                let live_until = self.log_live_owner(&current);
+                let live_until = self.live_owner_until(&current);
                 return Ok((taken, live_until));
             }
             // Another instance changed the epoch in between: read again.
@@ -238,10 +238,10 @@ impl OffsetsStore {
         }
     }
 
-    /// A take-over from an owner whose lease was still running (a rolling update, or a second
-    /// instance started by mistake) is said, naming that owner: it is fenced at its next write.
-    /// The end of that lease, when there was one.
-    fn log_live_owner(&self, before: &OffsetsDoc) -> Option<DateTime> {
+    /// The end of the lease of another owner that was still running at a take-over (a rolling
+    /// update, a second instance started by mistake, a crashed process); such a take-over is
+    /// said, naming that owner: it is fenced at its next write.
+    fn live_owner_until(&self, before: &OffsetsDoc) -> Option<DateTime> {
         let (Some(owner), Some(until)) = (&before.owner, before.lease_until) else {
             return None;
         };

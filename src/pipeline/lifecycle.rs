@@ -235,36 +235,39 @@ async fn between_runs(
         }
         // Closed again within a minute of the last reopen: never a tight loop.
         Action::Reopen => {
-            let delay = backoff(*backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
-            *backoff_attempt = backoff_attempt.saturating_add(1);
+            let delay = next_delay(ctx, backoff_attempt);
             warn!(pipeline = %p.name, delay_ms = delay.as_millis() as u64,
                   "stream invalidated again soon after the last reopen; reopening after a \
                    pause. If this repeats with no new event published, the server closes the \
                    stream at a position the bridge cannot pass: check that the pipeline's filter \
                    lets `invalidate` events through");
-            if cancellable(cancel, tokio::time::sleep(delay))
-                .await
-                .is_none()
-            {
-                return Some(Ended::Stopped);
-            }
+            return pause(cancel, delay).await;
         }
         // A skip that could not run (no epoch held) waits like any restart.
         Action::Restart | Action::SkipHistory | Action::Stop | Action::Refuse => {
-            let delay = backoff(*backoff_attempt, ctx.config.bridge.max_restart_backoff_ms);
-            *backoff_attempt = backoff_attempt.saturating_add(1);
+            let delay = next_delay(ctx, backoff_attempt);
             warn!(pipeline = %p.name, error = %ctx.report(error),
                   delay_ms = delay.as_millis() as u64,
                   "pipeline failed; restarting from the committed position");
-            if cancellable(cancel, tokio::time::sleep(delay))
-                .await
-                .is_none()
-            {
-                return Some(Ended::Stopped);
-            }
+            return pause(cancel, delay).await;
         }
     }
     None
+}
+
+/// The next restart delay (exponential, full jitter, capped), counting the attempt.
+fn next_delay(ctx: &PipelineContext, attempt: &mut u32) -> Duration {
+    let delay = backoff(*attempt, ctx.config.bridge.max_restart_backoff_ms);
+    *attempt = attempt.saturating_add(1);
+    delay
+}
+
+/// Waits `delay` before the next run; `Some(Ended::Stopped)` when `cancel` fired first.
+async fn pause(cancel: &CancellationToken, delay: Duration) -> Option<Ended> {
+    match cancellable(cancel, tokio::time::sleep(delay)).await {
+        Some(()) => None,
+        None => Some(Ended::Stopped),
+    }
 }
 
 /// After a run that failed in the producer: Kafka is reported failing, and (at-least-once) a

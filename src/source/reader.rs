@@ -135,13 +135,9 @@ impl StreamReader {
                 // is the same position again: harmless.)
                 if !self.split.is_pending()
                     && let Ok(Some(token)) = current_token(&self.stream)
-                    && self.last_watermark.as_ref() != Some(&token)
+                    && let Some(watermark) = watermark(&mut self.last_watermark, token)
                 {
-                    self.last_watermark = Some(token.clone());
-                    return Ok(Some(SourceItem::Watermark {
-                        token,
-                        position_time: timestamp_now(),
-                    }));
+                    return Ok(Some(watermark));
                 }
                 return Err(BridgeError::StreamClosed {
                     pipeline: pipeline(),
@@ -151,14 +147,11 @@ impl StreamReader {
             // a position past fragments not yet delivered.
             Ok(None) if self.split.is_pending() => return Ok(None),
             Ok(None) => match current_token(&self.stream) {
-                Ok(Some(token)) if self.last_watermark.as_ref() != Some(&token) => {
-                    self.last_watermark = Some(token.clone());
-                    return Ok(Some(SourceItem::Watermark {
-                        token,
-                        position_time: timestamp_now(),
-                    }));
+                Ok(Some(token)) => {
+                    let item = watermark(&mut self.last_watermark, token);
+                    return Ok(Some(item.unwrap_or(SourceItem::Idle)));
                 }
-                Ok(_) => return Ok(Some(SourceItem::Idle)),
+                Ok(None) => return Ok(Some(SourceItem::Idle)),
                 Err(source) => {
                     return Err(BridgeError::Encode {
                         pipeline: pipeline(),
@@ -182,6 +175,19 @@ impl StreamReader {
         let next = self.next().await;
         (self, next)
     }
+}
+
+/// `token` as a watermark, unless it is `last`, the last one sent (never the same token twice
+/// in a row).
+fn watermark(last: &mut Option<RawDocumentBuf>, token: RawDocumentBuf) -> Option<SourceItem> {
+    if last.as_ref() == Some(&token) {
+        return None;
+    }
+    *last = Some(token.clone());
+    Some(SourceItem::Watermark {
+        token,
+        position_time: timestamp_now(),
+    })
 }
 
 /// Reads the stream into `channel` until `cancel` fires or the relay is gone (`Ok(None)`), a

@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use bson::doc;
 
-use crate::common::bridge::{signal, spawn_binary, start_bridge};
-use crate::common::collect::{collect, key_ids};
+use mongo_kafka_bridge::observe::metrics::CHECKPOINT_TIMESTAMP;
+
+use crate::common::bridge::{Killed, signal, spawn_binary, start_bridge, start_opened};
+use crate::common::collect::{collect, collect_from, key_ids, key_of};
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
-use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
+use crate::common::mongo::{events_committed, mongo, offsets_doc, wait_offsets};
+use crate::common::observe::counter;
 use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 
@@ -218,33 +221,23 @@ async fn a_restart_reports_the_committed_clustertime_before_any_new_event() {
     create_topic(&format!("{db}.t"), 1).await;
     let text = config_toml("ctsg", &db, Some("t"), "");
     let client = mongo().await;
-    let bridge = crate::common::bridge::start_opened(&text, &db, "ctsg").await;
+    let bridge = start_opened(&text, &db, "ctsg").await;
     let coll = client.database(&db).collection::<bson::Document>("t");
     coll.insert_one(doc! { "_id": 1 }).await.unwrap();
-    let committed = wait_offsets(&client, &db, "ctsg", WAIT, |d| {
-        crate::common::mongo::events_committed(d) >= 1
-    })
-    .await;
+    let committed = wait_offsets(&client, &db, "ctsg", WAIT, |d| events_committed(d) >= 1).await;
     let stored = committed.get_timestamp("clusterTime").unwrap().time;
     bridge.shutdown();
     bridge.wait().await.unwrap();
     // WHEN it starts again, no event written since
-    let bridge = crate::common::bridge::start_opened(&text, &db, "ctsg").await;
+    let bridge = start_opened(&text, &db, "ctsg").await;
     // THEN once its stream is open the checkpoint gauge shows the stored clusterTime, not 0
     // until the next commit (no event is written)
-    let gauge = || {
-        crate::common::observe::counter(
-            bridge.metrics(),
-            mongo_kafka_bridge::observe::metrics::CHECKPOINT_TIMESTAMP,
-            "ctsg",
-            &[],
-        )
-    };
-    let deadline = std::time::Instant::now() + WAIT;
-    while gauge() == 0.0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(gauge(), f64::from(stored));
+    let gauge = crate::common::eventually(WAIT, "a checkpoint timestamp", || async {
+        let value = counter(bridge.metrics(), CHECKPOINT_TIMESTAMP, "ctsg", &[]);
+        (value != 0.0).then_some(value)
+    })
+    .await;
+    assert_eq!(gauge, f64::from(stored));
     bridge.shutdown();
     bridge.wait().await.unwrap();
 }
@@ -260,16 +253,13 @@ async fn a_take_over_from_a_paused_owner_publishes_only_after_its_lease_ends() {
     let client = mongo().await;
     let coll = client.database(&db).collection::<bson::Document>("t");
     let file_a = config_file(&text);
-    let mut a = crate::common::bridge::Killed(spawn_binary(file_a.path()));
+    let mut a = Killed(spawn_binary(file_a.path()));
     wait_offsets(&client, &db, "paused", WAIT, |d| {
         d.contains_key("resumeToken")
     })
     .await;
     coll.insert_one(doc! { "_id": 1 }).await.unwrap();
-    wait_offsets(&client, &db, "paused", WAIT, |d| {
-        crate::common::mongo::events_committed(d) >= 1
-    })
-    .await;
+    wait_offsets(&client, &db, "paused", WAIT, |d| events_committed(d) >= 1).await;
     signal(a.0.id(), "STOP");
     let lease_end = offsets_doc(&client, &db, "paused")
         .await
@@ -279,7 +269,7 @@ async fn a_take_over_from_a_paused_owner_publishes_only_after_its_lease_ends() {
         .timestamp_millis();
     // WHEN a second instance takes the pipeline over, and a document is written
     let file_b = config_file(&text);
-    let mut b = crate::common::bridge::Killed(spawn_binary(file_b.path()));
+    let mut b = Killed(spawn_binary(file_b.path()));
     wait_offsets(&client, &db, "paused", WAIT, |d| {
         d.get_i64("epoch") == Ok(2)
     })
@@ -287,12 +277,10 @@ async fn a_take_over_from_a_paused_owner_publishes_only_after_its_lease_ends() {
     coll.insert_one(doc! { "_id": 2 }).await.unwrap();
     // THEN the new owner's record was produced only after the paused owner's lease ended
     // (whatever the paused owner still queued expires by then: per-document order)
-    let records =
-        crate::common::collect::collect_from(&kafka_bootstrap(), &topic, 2, QUIET_SHORT, WAIT)
-            .await;
+    let records = collect_from(&kafka_bootstrap(), &topic, 2, QUIET_SHORT, WAIT).await;
     let second = records
         .iter()
-        .find(|r| r.key.as_deref() == Some(crate::common::collect::key_of(2).as_str()))
+        .find(|r| r.key.as_deref() == Some(key_of(2).as_str()))
         .expect("the record of _id 2");
     let produced = second.timestamp_ms.expect("a CreateTime");
     assert!(produced >= lease_end, "{produced} < {lease_end}");
