@@ -156,6 +156,9 @@ pub struct OffsetsDoc {
     pub snapshot: Option<crate::snapshot::SnapshotState>,
     /// A snapshot asked for and not started yet.
     pub snapshot_request: Option<crate::snapshot::Request>,
+    /// The `requestedAt` of a request still stored though `lastSnapshot` answered it (to
+    /// remove; it reads as no request).
+    pub answered_request: Option<DateTime>,
     /// Commits so far (0 when never written).
     pub commit_sequence: i64,
     /// Operator resets so far.
@@ -219,6 +222,7 @@ impl OffsetsDoc {
             key_format: d.get_str(fields::KEY_FORMAT).ok().map(str::to_owned),
             snapshot: snapshot::state_from(d)?,
             snapshot_request: snapshot::request_from(d)?,
+            answered_request: snapshot::answered_request(d),
             commit_sequence: integer(d, fields::COMMIT_SEQUENCE)?.unwrap_or(0),
             reset_sequence: integer(d, fields::RESET_SEQUENCE)?.unwrap_or(0),
             delivery: d.get_str(fields::DELIVERY).ok().map(str::to_owned),

@@ -6,9 +6,11 @@
 //! lastId?, copied, changes?, done}]}`,
 //! `snapshotRequest: {reason, namespace: null | "db.coll" | ["db.a", "db.b", …], requestedAt, by}`
 //! (null: the whole scope; an array when requests for several namespaces were merged),
-//! `lastSnapshot: {id, reason, startedAt, finishedAt, copied}`.
+//! `lastSnapshot: {id, reason, startedAt, finishedAt, copied, requestedAt?}`.
 //!
-//! Invariants: `lastId` keeps the server's BSON value and type (any `_id` type but array,
+//! Invariants: a request whose `requestedAt` equals `lastSnapshot.requestedAt` was answered
+//! (the owner stopped between the commit of the finished snapshot and the request's removal)
+//! and reads as none, so it never runs twice; `lastId` keeps the server's BSON value and type (any `_id` type but array,
 //! regex and undefined); a stored state this version cannot read is an error naming the field,
 //! never a fresh start.
 
@@ -51,15 +53,28 @@ pub(crate) fn state_doc(state: &SnapshotState) -> Document {
     d
 }
 
-/// The `lastSnapshot` summary of a finished `state`.
+/// The `lastSnapshot` summary of a finished `state`, with the `requestedAt` of the request
+/// it answered.
 pub(crate) fn finished_doc(state: &SnapshotState) -> Document {
-    doc! {
+    let mut d = doc! {
         "id": &state.id,
         "reason": state.reason.as_str(),
         "startedAt": state.started_at,
         "finishedAt": DateTime::now(),
         "copied": state.copied() as i64,
+    };
+    if let Some(at) = state.requested_at {
+        d.insert("requestedAt", at);
     }
+    d
+}
+
+/// The `requestedAt` of a stored request the last finished snapshot already answered.
+pub(crate) fn answered_request(d: &Document) -> Option<DateTime> {
+    let waiting = d.get_document(fields::SNAPSHOT_REQUEST).ok()?;
+    let at = waiting.get_datetime("requestedAt").ok()?;
+    let last = d.get_document(fields::LAST_SNAPSHOT).ok()?;
+    (last.get_datetime("requestedAt").ok() == Some(at)).then_some(*at)
 }
 
 /// `request` as stored, by `by` (an owner string or `operator@host`).
@@ -161,6 +176,7 @@ fn not_a_namespace() -> String {
 pub(crate) fn request_from(d: &Document) -> Result<Option<Request>, String> {
     let r = match d.get(fields::SNAPSHOT_REQUEST) {
         None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::Document(_)) if answered_request(d).is_some() => return Ok(None),
         Some(Bson::Document(r)) => r,
         Some(_) => return Err(format!("{} must be a document", fields::SNAPSHOT_REQUEST)),
     };
@@ -282,5 +298,36 @@ mod tests {
             request_from(&bad),
             Err("snapshotRequest.namespace must be \"db.collection\"".to_owned())
         );
+    }
+
+    #[test]
+    fn a_request_the_last_snapshot_answered_reads_as_none() {
+        let answered = DateTime::from_millis(900);
+        let state = SnapshotState {
+            id: "s1".into(),
+            reason: Reason::Requested,
+            started_at: DateTime::from_millis(1000),
+            namespaces: vec![NamespaceCopy::new("shop", "orders")],
+            requested_at: Some(answered),
+            filter: None,
+        };
+        let request = |at| Request {
+            reason: Reason::Requested,
+            namespaces: None,
+            requested_at: at,
+        };
+        let stored = doc! {
+            fields::LAST_SNAPSHOT: finished_doc(&state),
+            fields::SNAPSHOT_REQUEST: request_doc(&request(answered), "me"),
+        };
+        assert_eq!(request_from(&stored), Ok(None));
+        assert_eq!(answered_request(&stored), Some(answered));
+        let newer = DateTime::from_millis(901);
+        let stored = doc! {
+            fields::LAST_SNAPSHOT: finished_doc(&state),
+            fields::SNAPSHOT_REQUEST: request_doc(&request(newer), "me"),
+        };
+        assert_eq!(request_from(&stored), Ok(Some(request(newer))));
+        assert_eq!(answered_request(&stored), None);
     }
 }

@@ -87,6 +87,10 @@ pub(super) async fn prepare(
     if let (Start::AtOperationTime(ts), None) = (&start, &offsets.start_at_operation_time) {
         store.set_start_time(epoch, *ts).await?;
     }
+    if let Some(at) = offsets.answered_request {
+        // The last owner stopped between the finished snapshot's commit and this removal.
+        store.consume_request(epoch, at).await?;
+    }
     let initial = initial_snapshot(p, offsets);
     if let Some(request) = &initial {
         // Before the initial position: a crash in between snapshots on the next start.
