@@ -202,6 +202,16 @@ pub struct BridgeConfig {
     /// per CPU. More threads than pipelines buy nothing: each pipeline's work is sequential,
     /// and work handed between threads costs wake-ups (see BENCHMARKS.md).
     pub worker_threads: usize,
+    /// Per pipeline: change events encoded at once on threads beside the pipeline's own (tokio's
+    /// blocking threads), ahead of the relay and in the order read. Default 0: every event is
+    /// encoded in the pipeline's task. Only events of at least `encode_offload_min_bytes` go
+    /// there: handing a smaller one to another thread costs more than its encoding. It can pay
+    /// only when the pipeline's own thread is its bottleneck (BENCHMARKS.md, "The encode
+    /// pool": on 2 cores shared with the servers it bought nothing measurable).
+    pub encode_threads: usize,
+    /// Raw change-event size (bytes) from which an event is encoded beside the pipeline's
+    /// task (see `encode_threads`). Default 8192.
+    pub encode_offload_min_bytes: usize,
     /// What a pipeline's failure that it cannot get past by itself (a fatal error, or a
     /// persistent one after `persistent_error_attempts`) does to the others: `"isolate"`
     /// (default) stops that pipeline only, not ready and named in `/readyz`, until SIGHUP or a
@@ -260,6 +270,8 @@ impl Default for BridgeConfig {
             persistent_error_attempts: 10,
             group_id: None,
             worker_threads: 0,
+            encode_threads: 0,
+            encode_offload_min_bytes: 8192,
             on_pipeline_failure: OnPipelineFailure::Isolate,
         }
     }

@@ -83,8 +83,8 @@ pub struct Diversion {
     pub problem: Unrepresentable,
 }
 
-/// Encodes the events of one pipeline.
-#[derive(Debug)]
+/// Encodes the events of one pipeline (a clone encodes alike: the relay's encode pool).
+#[derive(Debug, Clone)]
 pub struct RecordEncoder {
     pipeline: String,
     topic: Option<Arc<str>>,

@@ -1,12 +1,16 @@
 //! Stage 3, the relay task: encodes each change event, enqueues its records, tracks deliveries
 //! in the ordered window and publishes the safe position for the checkpointer. This file holds
-//! the task and its loop; beside it: `enqueue.rs` (an item → records enqueued, one window
+//! the task and its loop; beside it: [`intake`] (the source's items in order, large events
+//! encoded ahead on the encode pool), `enqueue.rs` (an item → records enqueued, one window
 //! entry), `publish.rs` (delivered entries → the published state; the drain), [`window`] (the
 //! ordered window and its proof), `snapshot.rs` (copied documents and markers) and
 //! [`exactly_once`] (the Kafka transactions, and exactly-once's design).
 //!
 //! ```text
-//!  source task ──mpsc<SourceItem>──▶ relay ──enqueue──▶ librdkafka ──delivery futures──┐
+//!  source task ──mpsc<SourceItem>──▶ intake ─(encode pool: large events, FIFO)─┐
+//!                                     ┌────────────────────────────────────────┘
+//!                                     ▼
+//!                                   relay ──enqueue──▶ librdkafka ──delivery futures──┐
 //!                                     │  ▲                                            │
 //!                                     │  └──────────── OrderedWindow ◀────────────────┘
 //!                                     └──watch<Option<Position>>──▶ checkpointer
@@ -14,7 +18,8 @@
 //!
 //! WARNING: this code decides what gets committed. The ordering proof is in [`window`];
 //! the relay upholds its premises:
-//! - every event and every watermark enters the window in the order the source read them;
+//! - every event and every watermark enters the window in the order the source read them
+//!   (the intake hands items over in that order, wherever they were encoded: [`intake`]);
 //! - an event's entry resolves `Ok` only when *all* its records (delete + tombstone) are
 //!   delivered; any delivery error or cancellation resolves it `Err`;
 //! - the first `Err` out of the window ends the relay; nothing after it is published.
@@ -48,10 +53,12 @@ use crate::observe::health::{PipelineHealth, now_ms};
 use crate::observe::metrics::{PipelineMetrics, TopicMetrics};
 use crate::snapshot::SharedState;
 use enqueue::Pending;
+use intake::Intake;
 use window::OrderedWindow;
 
 mod enqueue;
 pub(crate) mod exactly_once;
+mod intake;
 mod publish;
 mod snapshot;
 pub(crate) mod window;
@@ -119,6 +126,8 @@ pub(crate) struct Relay {
     partitions: std::collections::HashMap<Arc<str>, i32>,
     /// With `delivery = "exactly_once"`: the Kafka transactions ([`exactly_once`]).
     transactions: Option<exactly_once::Transactions>,
+    /// The encode pool's encoders, and the smallest event it encodes ([`intake`]).
+    pool: (Vec<RecordEncoder>, usize),
 }
 
 impl Relay {
@@ -163,6 +172,7 @@ impl Relay {
             },
             partitions: std::collections::HashMap::new(),
             transactions: None,
+            pool: (Vec::new(), usize::MAX),
         }
     }
 
@@ -197,6 +207,14 @@ impl Relay {
             batch_check: Some(limits.batch_check()),
         });
         self.topic_limits = Some(limits);
+        self
+    }
+
+    /// Encodes change events of at least `min_bytes` on up to `threads` blocking threads at
+    /// once, ahead of the relay and in order ([`intake`]); 0 threads: every event in the
+    /// relay's task.
+    pub(crate) fn with_encode_pool(mut self, threads: usize, min_bytes: usize) -> Self {
+        self.pool = (vec![self.encoder.clone(); threads], min_bytes);
         self
     }
 
@@ -252,9 +270,11 @@ impl Relay {
 
     async fn run_loop(
         &mut self,
-        mut rx: mpsc::Receiver<SourceItem>,
+        rx: mpsc::Receiver<SourceItem>,
         cancel: CancellationToken,
     ) -> Result<(), BridgeError> {
+        let (encoders, min_bytes) = std::mem::take(&mut self.pool);
+        let mut intake = Intake::new(rx, encoders, min_bytes);
         let mut pending: Option<Pending> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         // One cancellation future for the whole loop (not one registration per wake-up).
@@ -276,8 +296,8 @@ impl Relay {
                     }
                 }
                 () = &mut cancelled => break,
-                item = rx.recv(), if pending.is_none() && self.has_room() => match item {
-                    Some(item) => match self.accept(item).await {
+                taken = intake.next(), if pending.is_none() && self.has_room() => match taken {
+                    Some(taken) => match self.take(taken).await {
                         Ok(next) => pending = next,
                         // The event cannot be published (it stops the pipeline): what was read
                         // before it is still delivered and committed first.

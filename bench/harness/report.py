@@ -66,6 +66,11 @@ def report(results, meta, with_targets=True):
                     med = mmm(ratio(bridge, fair))[1]
                     targets.append((f"catch-up {size}: {bridge} ≥ 0.9 × {fair}", f"{med:.2f} ×",
                                     med >= 0.9))
+            for pool, bridge in (("bridge-pool", "bridge"), ("bridge-pool-bson", "bridge-bson")):
+                if (bridge, runs[0]) in by and (pool, runs[0]) in by:
+                    med = mmm(ratio(pool, bridge))[1]
+                    notes.append(f"{pool} ÷ {bridge} at {size} (the encode pool's gain): "
+                                 f"{med:.2f} ×")
             for base in ("limit-relay", "limit-headers"):
                 if ("bridge-bson", runs[0]) in by and (base, runs[0]) in by:
                     med = mmm(ratio("bridge-bson", base))[1]

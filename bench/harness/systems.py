@@ -20,7 +20,10 @@ Systems of the catch-up block:
   node, python     the baselines in bench/baselines (written the way a competent user would)
   debezium         Debezium's MongoDB connector 3.6 under Kafka Connect (peers.py)
   mongo-kafka      the official MongoDB Kafka source connector under Kafka Connect (peers.py)
-  limit-split      (only when named) limit-relay with $changeStreamSplitLargeEvent"""
+  limit-split      (only when named) limit-relay with $changeStreamSplitLargeEvent
+  bridge-pool      (only when named) the bridge with [bridge] encode_threads = 2: events of
+                   8 KiB and more encoded on the encode pool (its gain is this ÷ bridge);
+                   bridge-pool-bson: the same in "bson"."""
 
 import json
 import os
@@ -43,14 +46,18 @@ CATCHUP_SYSTEMS = ["limit-read", "limit-produce", "limit-relay", "limit-headers"
                    "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
                    *PEERS]
 LIVE_SYSTEMS = ["limit-relay", "bridge", "node", "python", *PEERS]
-BRIDGES = {"bridge": "json", "bridge-bson": "bson", "bridge-debezium": "json"}
+BRIDGES = {"bridge": "json", "bridge-bson": "bson", "bridge-debezium": "json",
+           "bridge-pool": "json", "bridge-pool-bson": "bson"}
+# [bridge] lines of a bridge system besides the block's.
+BRIDGE_LINES = {"bridge-pool": "encode_threads = 2\n", "bridge-pool-bson": "encode_threads = 2\n"}
 # The Debezium form, as the debezium peer is run (no update lookup); its topic is the system's.
 DEBEZIUM_FORM = ('value = "debezium"\nfull_document = "default"\n'
                  '[pipelines.debezium]\ntopic_prefix = "bench"\n')
 # Measured only when named in --systems: limit-relay with the bridge's $changeStreamSplitLargeEvent.
-OPTIONAL_SYSTEMS = ["limit-split"]
+OPTIONAL_SYSTEMS = ["limit-split", "bridge-pool", "bridge-pool-bson"]
 PRODUCERS = {"limit-produce", "limit-relay", "limit-headers", "limit-split", "limit-fair",
-             "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python"}
+             "limit-fair-bson", "limit-inline", "limit-inline-bson", "bridge", "bridge-bson", "bridge-debezium", "node", "python",
+             "bridge-pool", "bridge-pool-bson"}
 
 
 class Harness:
@@ -84,12 +91,13 @@ class Harness:
             raise HarnessError(f"{' '.join(cmd[:3])} failed: {out.stderr.strip()[-2000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def bridge_config(self, name, coll, topic, port, fmt="json", pipeline_extra=""):
-        """The bridge's config for one pipeline; `pipeline_extra`: more lines of the pipeline.
-        With `self.overrides` (a block's [bridge] lines and [kafka.properties] lines, e.g. the
-        instruction block's), those too."""
+    def bridge_config(self, name, coll, topic, port, fmt="json", pipeline_extra="", bridge_extra=""):
+        """The bridge's config for one pipeline; `pipeline_extra`: more lines of the pipeline,
+        `bridge_extra` of [bridge]. With `self.overrides` (a block's [bridge] lines and
+        [kafka.properties] lines, e.g. the instruction block's), those too."""
         path = self.work / f"bridge-{name}.toml"
         bridge, props = self.overrides
+        bridge += bridge_extra
         bridge = f"[bridge]\n{bridge}" if bridge else ""
         path.write_text(f"""{bridge}
 [mongodb]
@@ -135,7 +143,8 @@ history_interval_ms = {self.args.history_interval_ms}
                 if self.args.copy_batch_size != 1000:
                     extra += f"snapshot_batch_size = {self.args.copy_batch_size}\n"
             cfg = self.bridge_config(f"{coll}-{system}", coll, topic, port,
-                                     BRIDGES.get(system, "json"), extra)
+                                     BRIDGES.get(system, "json"), extra,
+                                     BRIDGE_LINES.get(system, ""))
             env = dict(os.environ, RUST_LOG=self.args.bridge_log)
             prefix = [] if init else callgrind or shlex.split(self.args.bridge_prefix)
             proc = subprocess.Popen([*prefix, self.bridge_bin, "run", "--config", str(cfg)],

@@ -87,6 +87,7 @@ fn a_minimal_file_gets_the_documented_defaults() {
     assert_eq!(b.max_restart_backoff_ms, 30_000);
     assert_eq!(b.ready_max_delivery_age_ms, 60_000);
     assert_eq!(b.worker_threads, 0);
+    assert_eq!((b.encode_threads, b.encode_offload_min_bytes), (0, 8192));
     assert_eq!(config.metrics.history_interval_ms, 15_000);
     assert_eq!(config.pipelines.len(), 1);
     let p = &config.pipelines[0];
@@ -980,6 +981,21 @@ fn worker_threads_beyond_reason_are_refused() {
         reason,
         "5000 threads is more than any machine needs: use 0 (one per pipeline)"
     );
+}
+
+#[test]
+fn encode_threads_beyond_reason_are_refused() {
+    let (field, reason) = config_error(parse_env(
+        &valid_with("[bridge]\nencode_threads = 65\n"),
+        &[],
+    ));
+    assert_eq!(field, "bridge.encode_threads");
+    assert!(
+        reason.starts_with("65 is more than a pipeline can use"),
+        "{reason}"
+    );
+    let config = parse(&valid_with("[bridge]\nencode_threads = 4\n")).expect("valid");
+    assert_eq!(config.bridge.encode_threads, 4);
 }
 
 #[test]

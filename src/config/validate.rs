@@ -197,6 +197,16 @@ fn validate_bridge(config: &Config) -> Result<(), BridgeError> {
             ),
         ));
     }
+    if b.encode_threads > 64 {
+        return Err(BridgeError::config(
+            "bridge.encode_threads",
+            format!(
+                "{} is more than a pipeline can use (it reads one stream): use at most 64, \
+                 or 0 (the default: none)",
+                b.encode_threads
+            ),
+        ));
+    }
     if b.worker_threads > 1024 {
         return Err(BridgeError::config(
             "bridge.worker_threads",

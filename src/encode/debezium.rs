@@ -67,7 +67,7 @@ pub(crate) const FORMAT_JSON: &[u8] = b"debezium-json";
 pub(crate) const FORMAT_SCHEMAS: &[u8] = b"debezium-json-schemas";
 
 /// A pipeline's Debezium form: `[pipelines.debezium]` as the encoder needs it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Form {
     /// `topic.prefix`: `source.name`, schema names, the logical-name header.
     server: String,

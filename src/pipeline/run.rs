@@ -226,6 +226,10 @@ async fn relay(
         safe,
     )
     .with_lease(store.lease_valid_until())
+    .with_encode_pool(
+        ctx.config.bridge.encode_threads,
+        ctx.config.bridge.encode_offload_min_bytes,
+    )
     .with_topic_limits(TopicLimits::new(
         ctx.admin.clone(),
         &p.name,

@@ -13,9 +13,11 @@ use std::time::Instant;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use super::intake::Taken;
 use super::{Mark, Relay};
 use crate::encode::dead_letter::Refused;
 use crate::encode::{Diversion, EncodedEvent, Record};
+use crate::error::encode::EncodeError;
 use crate::error::{BridgeError, is_oversize};
 use crate::event::{Position, SourceItem, timestamp_now};
 use crate::kafka::delivery::{Delivery, EventDeliveries};
@@ -43,6 +45,22 @@ pub(super) enum Kind {
 }
 
 impl Relay {
+    /// Takes the intake's next item; an event the pool encoded keeps its byte-budget permit
+    /// until its records are enqueued or kept in `Pending`, as one the relay encodes does.
+    pub(super) async fn take(&mut self, taken: Taken) -> Result<Option<Pending>, BridgeError> {
+        match taken {
+            Taken::Item(item) => self.accept(item).await,
+            Taken::Encoded {
+                bytes,
+                encoded,
+                permit,
+            } => {
+                let _permit = permit;
+                self.accept_event(bytes, encoded).await
+            }
+        }
+    }
+
     /// Takes one item from the source. An event's byte-budget permit is dropped on return, once
     /// its records are enqueued (librdkafka holds its own copy) or kept in `Pending`.
     pub(super) async fn accept(
@@ -53,36 +71,8 @@ impl Relay {
             SourceItem::Event { raw, permit } => {
                 // Held until this arm ends: the records are then enqueued or kept in `Pending`.
                 let _permit = permit;
-                self.metrics
-                    .source_bytes
-                    .inc_by(raw.as_bytes().len() as u64);
-                let encoded = self
-                    .encoder
-                    .encode(&raw)
-                    .map_err(|source| BridgeError::Encode {
-                        pipeline: self.pipeline.to_string(),
-                        source,
-                    })?;
-                self.metrics.event_read(&encoded.operation_type);
-                if let Some(diverted) = &encoded.diverted {
-                    self.diverted(diverted);
-                }
-                if let Some(ts) = encoded.cluster_time {
-                    let lag = timestamp_now().time.saturating_sub(ts.time);
-                    self.metrics.source_lag.set(f64::from(lag));
-                }
-                let mut encoded = encoded;
-                let records = std::mem::take(&mut encoded.records);
-                if records.is_empty() {
-                    // An event this form writes nothing for (the Debezium form's drop, rename,
-                    // invalidate): its position commits once everything before it is delivered.
-                    let position = self.position_of(&mut encoded);
-                    self.window.push_watermark(Mark::Stream(position));
-                    return Ok(None);
-                }
-                self.before_records(encoded.txn.as_ref(), true, &records)
-                    .await?;
-                self.enqueue_new(records, Kind::Event(encoded)).await
+                let encoded = self.encoder.encode(&raw);
+                self.accept_event(raw.as_bytes().len(), encoded).await
             }
             SourceItem::Copy {
                 target,
@@ -130,6 +120,38 @@ impl Relay {
                 Ok(None)
             }
         }
+    }
+
+    /// Takes one change event of `bytes` raw bytes, encoded (by the relay, or on the pool).
+    pub(super) async fn accept_event(
+        &mut self,
+        bytes: usize,
+        encoded: Result<EncodedEvent, EncodeError>,
+    ) -> Result<Option<Pending>, BridgeError> {
+        self.metrics.source_bytes.inc_by(bytes as u64);
+        let mut encoded = encoded.map_err(|source| BridgeError::Encode {
+            pipeline: self.pipeline.to_string(),
+            source,
+        })?;
+        self.metrics.event_read(&encoded.operation_type);
+        if let Some(diverted) = &encoded.diverted {
+            self.diverted(diverted);
+        }
+        if let Some(ts) = encoded.cluster_time {
+            let lag = timestamp_now().time.saturating_sub(ts.time);
+            self.metrics.source_lag.set(f64::from(lag));
+        }
+        let records = std::mem::take(&mut encoded.records);
+        if records.is_empty() {
+            // An event this form writes nothing for (the Debezium form's drop, rename,
+            // invalidate): its position commits once everything before it is delivered.
+            let position = self.position_of(&mut encoded);
+            self.window.push_watermark(Mark::Stream(position));
+            return Ok(None);
+        }
+        self.before_records(encoded.txn.as_ref(), true, &records)
+            .await?;
+        self.enqueue_new(records, Kind::Event(encoded)).await
     }
 
     /// Enqueues the records of one event, copied document or markers (their topic made sure of

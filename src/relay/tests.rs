@@ -31,7 +31,7 @@ fn unreachable_sink(properties: &[(&str, i64)]) -> KafkaSink {
     KafkaSink::new(&kafka, 120_000, None, None, KafkaContext::default()).expect("producer")
 }
 
-fn encoder() -> RecordEncoder {
+pub(super) fn encoder() -> RecordEncoder {
     let text = "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
                 [[pipelines]]\nname = \"p\"\ndatabase = \"shop\"\ncollection = \"orders\"\n";
     let config = Config::from_toml(text, std::iter::empty()).expect("valid");
@@ -39,7 +39,7 @@ fn encoder() -> RecordEncoder {
 }
 
 /// An insert whose `_id` is `id`.
-fn insert(id: &str) -> RawDocumentBuf {
+pub(super) fn insert(id: &str) -> RawDocumentBuf {
     rawdoc! {
         "_id": { "_data": "8200" },
         "operationType": "insert",

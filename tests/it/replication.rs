@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use bson::doc;
 
-use crate::common::bridge::bridge_on;
+use crate::common::bridge::{bridge_on, start_opened};
 use crate::common::collect::{by_key, collect, operation_types};
+use crate::common::config::config_toml;
 use crate::common::kafka::create_topic;
 use crate::common::mongo::mongo;
 use crate::common::unique;
@@ -139,24 +140,46 @@ async fn drop_and_invalidate_are_published_and_a_recreated_collection_is_picked_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn per_document_order_holds_across_three_partitions() {
-    // GIVEN a 3-partition topic and 150 documents
-    let db = unique("order");
+    per_document_order("order", 150, 12, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_document_order_holds_when_large_events_are_encoded_on_the_pool() {
+    // With `encode_threads = 2`, every other round's events are over `encode_offload_min_bytes`
+    // (8 KiB): they are encoded on the encode pool while the small ones between them are
+    // encoded by the relay.
+    per_document_order("pool", 40, 10, 12_000).await;
+}
+
+/// `keys` documents on a 3-partition topic, each updated `rounds` times interleaved across
+/// documents; with `blob` > 0, every odd round also sets a string of `blob` bytes, and the
+/// bridge runs an encode pool (`encode_threads = 2`).
+async fn per_document_order(name: &str, keys: i64, rounds: i64, blob: usize) {
+    // GIVEN a 3-partition topic and `keys` documents
+    let db = unique(name);
     let topic = format!("{db}.items");
     create_topic(&topic, 3).await;
-    let bridge = bridge_on("order", &db, "items", "").await;
+    let mut text = config_toml(name, &db, Some("items"), "");
+    if blob > 0 {
+        text = text.replace("[bridge]\n", "[bridge]\nencode_threads = 2\n");
+        assert!(text.contains("encode_threads = 2"), "{text}");
+    }
+    let bridge = start_opened(&text, &db, name).await;
     let coll = mongo()
         .await
         .database(&db)
         .collection::<bson::Document>("items");
-    let keys = 150;
-    let rounds = 12;
     coll.insert_many((0..keys).map(|k| doc! { "_id": k, "v": 0 }))
         .await
         .unwrap();
     // WHEN every document is updated `rounds` times, interleaved across documents
     for round in 1..=rounds {
+        let mut set = doc! { "v": round };
+        if blob > 0 && round % 2 == 1 {
+            set.insert("blob", "x".repeat(blob));
+        }
         for k in 0..keys {
-            coll.update_one(doc! { "_id": k }, doc! { "$set": { "v": round } })
+            coll.update_one(doc! { "_id": k }, doc! { "$set": set.clone() })
                 .await
                 .unwrap();
         }
@@ -188,7 +211,7 @@ async fn per_document_order_holds_across_three_partitions() {
                 v.as_i64().unwrap()
             })
             .collect();
-        assert_eq!(seen, (0..=rounds as i64).collect::<Vec<_>>(), "{key}");
+        assert_eq!(seen, (0..=rounds).collect::<Vec<_>>(), "{key}");
     }
 }
 
