@@ -178,6 +178,16 @@ impl BridgeError {
         }
     }
 
+    /// The driver error this error carries, if it is one of MongoDB's.
+    fn mongo_source(&self) -> Option<&MongoError> {
+        match self {
+            Self::Source { source, .. }
+            | Self::Checkpoint { source, .. }
+            | Self::Copy { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     /// What an operator can do about an error that kept coming back, for the log line of a
     /// pipeline that stops after `[bridge] persistent_error_attempts` failed runs.
     pub fn remedy(&self) -> &'static str {
@@ -201,6 +211,17 @@ impl BridgeError {
                 "this is a bug of the bridge: please report it with the log lines above"
             }
             (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
+            _ if self.mongo_source().is_some_and(super::is_auth_failure) => {
+                "check the user, password and authSource (authMechanism) in mongodb.uri; \
+                 `check` tests the login"
+            }
+            _ if self
+                .mongo_source()
+                .is_some_and(|e| super::mongo_code(e) == Some(super::CODE_UNAUTHORIZED)) =>
+            {
+                "grant the bridge's MongoDB user the privileges deploy/config.example.toml \
+                 lists; `check` names the missing ones"
+            }
             _ => {
                 "see the error above; the pipeline restarts from its committed position once \
                   the cause is fixed and the bridge is started again"
@@ -225,6 +246,21 @@ mod tests {
             report(&e, &[]),
             "change stream failed on pipeline \"p\": X (40324): boom"
         );
+    }
+
+    #[test]
+    fn a_refused_login_or_privilege_names_its_remedy() {
+        let source = |code| BridgeError::Source {
+            pipeline: "p".into(),
+            source: Box::new(command_error(code)),
+        };
+        assert!(source(18).remedy().contains("authSource"));
+        let checkpoint = BridgeError::Checkpoint {
+            pipeline: "p".into(),
+            source: Box::new(command_error(13)),
+        };
+        assert!(checkpoint.remedy().contains("privileges"));
+        assert!(source(40324).remedy().starts_with("see the error above"));
     }
 
     #[test]

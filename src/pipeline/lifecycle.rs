@@ -382,6 +382,7 @@ fn stop_log(ctx: &PipelineContext, error: &BridgeError, persistent: u32) {
                "pipeline stopped: the same kind of failure kept coming back \
                 ([bridge] persistent_error_attempts)");
     } else {
-        error!(pipeline = %name, error = %ctx.report(error), "pipeline stopped");
+        error!(pipeline = %name, error = %ctx.report(error), remedy = error.remedy(),
+               "pipeline stopped");
     }
 }
