@@ -113,10 +113,12 @@ impl KafkaAdmin {
         topic: &str,
         settings: &TopicCreation,
     ) -> Result<(), KafkaError> {
-        self.create_with(topic, settings, true).await
+        self.create_with(topic, settings, true).await.map(|_| ())
     }
 
-    /// Creates `topic` with `settings`; a topic that already exists is fine.
+    /// Creates `topic` with `settings`; a topic that already exists is fine. Returns whether
+    /// this call created it (`false`: it existed, e.g. another instance created it, or the
+    /// metadata listed before did not show it yet).
     ///
     /// Errors: the broker's refusal (authorization, an invalid replication factor or config), or
     /// the request's failure.
@@ -124,7 +126,7 @@ impl KafkaAdmin {
         &self,
         topic: &str,
         settings: &TopicCreation,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<bool, KafkaError> {
         self.create_with(topic, settings, false).await
     }
 
@@ -133,7 +135,7 @@ impl KafkaAdmin {
         topic: &str,
         settings: &TopicCreation,
         validate_only: bool,
-    ) -> Result<(), KafkaError> {
+    ) -> Result<bool, KafkaError> {
         let configs: Vec<(String, String)> = settings.topic_configs();
         let mut new = NewTopic::new(
             topic,
@@ -147,13 +149,15 @@ impl KafkaAdmin {
             .operation_timeout(Some(ADMIN_TIMEOUT))
             .validate_only(validate_only);
         let results = self.admin.create_topics([&new], &options).await?;
+        let mut created = false;
         for result in results {
             match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Ok(_) => created = true,
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => return Err(KafkaError::AdminOp(code)),
             }
         }
-        Ok(())
+        Ok(created)
     }
 }
 
@@ -276,7 +280,8 @@ impl TopicCreator {
             self.last = Some(Arc::clone(topic));
             return Ok(());
         }
-        self.admin
+        let created = self
+            .admin
             .create(topic, &self.settings)
             .await
             .map_err(|source| BridgeError::TopicCreation {
@@ -284,10 +289,15 @@ impl TopicCreator {
                 topic: topic.to_string(),
                 source: Box::new(source),
             })?;
-        tracing::info!(pipeline = %self.pipeline, topic = %topic,
-            partitions = self.settings.partitions,
-            replication_factor = self.settings.replication_factor,
-            cleanup_policy = %self.settings.cleanup_policy, "created topic");
+        if created {
+            tracing::info!(pipeline = %self.pipeline, topic = %topic,
+                partitions = self.settings.partitions,
+                replication_factor = self.settings.replication_factor,
+                cleanup_policy = %self.settings.cleanup_policy, "created topic");
+        } else {
+            tracing::debug!(pipeline = %self.pipeline, topic = %topic,
+                "topic exists (CreateTopics answered TopicAlreadyExists)");
+        }
         self.known.insert(Arc::clone(topic));
         self.last = Some(Arc::clone(topic));
         Ok(())

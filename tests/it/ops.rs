@@ -132,22 +132,32 @@ async fn refuse_then_force(client: &Client, db: &str, config: &Path, epoch: i64)
 /// With the bridge stopped: moved to a given time, then deleted (forced: the lease outlives a
 /// clean stop); only the epoch is left, one higher.
 async fn move_then_delete(client: &Client, db: &str, config: &Path) {
-    // WHEN moved to a given time, then deleted (forced: the lease outlives a clean stop)
-    let (code, out) = cli(
-        &[
+    // WHEN moved to a time before the oldest oplog entry, THEN that is refused: nothing moves
+    let before = offsets_doc(client, db, "orders").await.unwrap();
+    let reset_to = |at: String| {
+        let args = [
             "offsets",
             "reset",
             "orders",
             "--to-timestamp",
-            "1764403200.3",
+            &at,
             "--force",
-        ],
-        config,
-    );
+        ];
+        cli(&args, config)
+    };
+    let (code, out) = reset_to("1764403200.3".to_owned());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("before the oldest oplog entry"), "{out}");
+    let unchanged = offsets_doc(client, db, "orders").await.unwrap();
+    assert_eq!(unchanged.get("epoch"), before.get("epoch"));
+    // WHEN moved to a given time within the oplog, then deleted (forced: the lease outlives a
+    // clean stop)
+    let now = u32::try_from(bson::DateTime::now().timestamp_millis() / 1000).unwrap();
+    let (code, out) = reset_to(format!("{now}.3"));
     assert_eq!(code, Some(0), "{out}");
     let moved = offsets_doc(client, db, "orders").await.unwrap();
     let ts = moved.get_timestamp("startAtOperationTime").unwrap();
-    assert_eq!((ts.time, ts.increment), (1_764_403_200, 3));
+    assert_eq!((ts.time, ts.increment), (now, 3));
     let (code, out) = cli(
         &["offsets", "reset", "orders", "--delete", "--force"],
         config,

@@ -148,6 +148,12 @@ impl Command<'_> {
                     ResetTo::Timestamp(ts) => ts,
                     _ => self.cluster_time(name).await?,
                 };
+                if let ResetTo::Timestamp(ts) = target
+                    && let Some(refusal) = self.before_history(ts).await
+                {
+                    let _ = writeln!(out, "{refusal}");
+                    return Ok(false);
+                }
                 self.offsets
                     .move_to(name, epoch, at, &Self::operator("offsets reset"))
                     .await
@@ -194,6 +200,29 @@ impl Command<'_> {
             .await
             .map_err(|e| failed(name, e))?;
         self.after_change(name, done, out).await
+    }
+
+    /// Why `ts` cannot be a position: it is before the oplog's oldest entry, so a change
+    /// stream cannot start there (MongoDB answers `ChangeStreamHistoryLost`). `None` when it
+    /// can, or when the oplog's bounds cannot be read (a warning line says so on stderr).
+    async fn before_history(&self, ts: Timestamp) -> Option<String> {
+        match crate::observe::history::oplog_bounds(&self.client).await {
+            Ok(bounds) if ts < bounds.oldest => Some(format!(
+                "refused: {} is before the oldest oplog entry ({}): a change stream cannot \
+                 start there, the events in between are gone. Remedy: pick a time after it, \
+                 or use `snapshot NAME` to copy the collection(s) again",
+                rfc3339(i64::from(ts.time)),
+                rfc3339(i64::from(bounds.oldest.time))
+            )),
+            Ok(_) => None,
+            Err(unknown) => {
+                eprintln!(
+                    "warning: the oplog's oldest entry is unknown ({unknown}); the time is not \
+                     checked against it"
+                );
+                None
+            }
+        }
     }
 
     /// The deployment's cluster time. Errors when the server reports none (a standalone
