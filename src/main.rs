@@ -165,9 +165,10 @@ fn main() -> ExitCode {
         Command::Run { no_status, .. } if !no_status && status::wanted() => Some(Status::new()),
         _ => None,
     };
-    match &live_status {
-        Some(s) => telemetry::init_with_writer(cli.log_format, s.log_writer()),
-        None => telemetry::init(cli.log_format),
+    match (&live_status, &cli.command) {
+        (Some(s), _) => telemetry::init_with_writer(cli.log_format, s.log_writer()),
+        (None, Command::Check { .. }) => telemetry::init_quiet(cli.log_format),
+        (None, _) => telemetry::init(cli.log_format),
     }
     let path = match &cli.command {
         Command::Run { config, .. }

@@ -21,13 +21,31 @@ pub fn init(format: LogFormat) {
     init_with_writer(format, std::io::stderr);
 }
 
+/// Like [`init`] for a command whose output is its report (`check`): only errors are logged,
+/// and none of librdkafka's (its client reports what the report already names, e.g. a broker
+/// that refuses connections), unless `RUST_LOG` asks for more.
+pub fn init_quiet(format: LogFormat) {
+    install(
+        format,
+        std::io::stderr,
+        "error,mongo_kafka_bridge::kafka::context=off",
+    );
+}
+
 /// Like [`init`], writing log lines through `writer` (e.g. one that keeps a live terminal
 /// status intact).
 pub fn init_with_writer<W>(format: LogFormat, writer: W)
 where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    install(format, writer, "info");
+}
+
+fn install<W>(format: LogFormat, writer: W, default: &str)
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
