@@ -28,7 +28,7 @@ use super::gap::skip;
 use super::policy::{self, Action, Attempts, backoff, explain};
 use super::stage::cancellable;
 use super::standby;
-use super::waiting::said;
+use super::waiting::{naming_a_set_mismatch, said};
 use crate::config::Delivery;
 use crate::error::{BridgeError, ErrorClass};
 use crate::offsets::OffsetsStore;
@@ -108,6 +108,7 @@ pub(crate) async fn run(
 async fn preflight(ctx: &PipelineContext, cancel: &CancellationToken) -> Result<(), BridgeError> {
     let p = &ctx.pipeline;
     let check = crate::source::stream::unwatchable(&ctx.client, p);
+    let check = naming_a_set_mismatch(ctx, check);
     let what = "checking that the namespace can be watched (listCollections)";
     if let Some(Some(reason)) = cancellable(cancel, said(&p.name, &ctx.health, what, check)).await {
         let index = ctx.config.pipelines.iter().position(|q| q.name == p.name);

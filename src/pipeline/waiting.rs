@@ -1,6 +1,8 @@
 //! What a (re)starting pipeline waits for: a step of its start that waits on MongoDB (the
 //! namespace check, taking its offsets document, opening the change stream) and takes long is
-//! said in the log and in `/readyz`, instead of a silent start.
+//! said in the log and in `/readyz`, instead of a silent start. A first step that does not
+//! answer within seconds while `mongodb.uri` names a `replicaSet` has the hosts asked for their
+//! set name, so a wrong `replicaSet` is named at once, not after server selection gives up.
 //!
 //! Why: a process started after a `kill -9` may find the server still busy with the killed
 //! process's queries (a copy's `find` runs on at the server until it ends; the driver cannot
@@ -100,5 +102,40 @@ mod tests {
         let health = PipelineHealth::default();
         assert_eq!(said("p", &health, "x", async { 3 }).await, 3);
         assert_eq!(health.awaiting_server_since_ms.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// How long the start's first MongoDB step runs before the hosts are probed for their
+/// replica-set name ([`naming_a_set_mismatch`]).
+const PROBE_AFTER: Duration = Duration::from_secs(3);
+
+/// Runs `step`; when it has not ended within [`PROBE_AFTER`] and `mongodb.uri` names a
+/// `replicaSet`, asks each host directly for its set name meanwhile, and logs a name that
+/// differs as the cause at once. The driver otherwise selects no server until its
+/// `serverSelectionTimeoutMS` (30 s by default) and the run's error names the mismatch only
+/// after it. Only a log line: the step and its outcome are unchanged (a mismatch can be a
+/// moment of a reconfiguration; the lifecycle's attempts decide).
+pub(super) async fn naming_a_set_mismatch<F: Future>(
+    ctx: &super::context::PipelineContext,
+    step: F,
+) -> F::Output {
+    tokio::pin!(step);
+    tokio::select! {
+        out = &mut step => return out,
+        () = tokio::time::sleep(PROBE_AFTER) => {}
+    }
+    let probe = crate::mongo::replica_set_mismatch(&ctx.config);
+    tokio::pin!(probe);
+    tokio::select! {
+        out = &mut step => out,
+        mismatch = &mut probe => {
+            if let Some(mismatch) = mismatch {
+                tracing::error!(pipeline = %ctx.pipeline.name, error = %ctx.report(&mismatch),
+                    remedy = mismatch.remedy(),
+                    "MongoDB does not answer as the configured replica set; the driver keeps \
+                     selecting a server until serverSelectionTimeoutMS");
+            }
+            step.await
+        }
     }
 }

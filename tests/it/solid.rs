@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 use bson::{Document, doc};
 use mongo_kafka_bridge::BridgeError;
 
-use crate::common::bridge::{bridge_cli, signal, spawn_binary, start_bridge};
+use crate::common::bridge::{Killed, bridge_cli, signal, spawn_binary, start_bridge};
 use crate::common::collect::{collect, collect_from};
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
 use crate::common::mongo::{mongo, offsets_doc, wait_offsets};
 use crate::common::observe::get;
 use crate::common::servers::{kafka_bootstrap, mongo_uri};
-use crate::common::unique;
+use crate::common::{eventually, unique};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -232,6 +232,23 @@ async fn a_replica_set_name_that_does_not_match_is_named_by_check_and_stops_run(
         "{stderr}"
     );
     assert!(started.elapsed() < WAIT, "{:?}", started.elapsed());
+    // WHEN run starts with the driver's default server selection (30 s) THEN a probe of the
+    // hosts names the mismatch while the driver still selects (a line only the probe writes)
+    let default_selection = text.replace("&serverSelectionTimeoutMS=2000", "");
+    assert_ne!(default_selection, text);
+    let file = config_file(&default_selection);
+    let mut run = Killed(spawn_binary(file.path()));
+    let log = file.path().with_extension("log");
+    eventually(WAIT, "the probe names the mismatch", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        // (JSON lines: the quotes of `named` are escaped there)
+        (text.contains("does not answer as the configured replica set")
+            && text.contains("not-the-set")
+            && text.contains(&format!("set replicaSet={set}")))
+        .then_some(())
+    })
+    .await;
+    run.kill();
 }
 
 #[tokio::test(flavor = "multi_thread")]
