@@ -71,40 +71,6 @@ pub(super) async fn said<F: Future>(
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_slow_step_is_marked_while_it_runs_and_unmarked_after() {
-        let health = PipelineHealth::default();
-        health.server_answer_bound_ms.store(1, Ordering::Relaxed);
-        let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
-        let watched = said("p", &health, "taking its offsets document", rx);
-        tokio::pin!(watched);
-        // GIVEN a step that has not answered for longer than the first note
-        tokio::select! {
-            _ = &mut watched => panic!("the step has not answered"),
-            () = tokio::time::sleep(FIRST_NOTE + Duration::from_secs(1)) => {}
-        }
-        // THEN the pipeline is marked as waiting on the server
-        assert!(health.awaiting_server_since_ms.load(Ordering::Relaxed) > 0);
-        // AND once it answers, the step's own output comes back and the mark is gone
-        tx.send(7).expect("the step waits");
-        assert_eq!(watched.await, Ok(7));
-        assert_eq!(health.awaiting_server_since_ms.load(Ordering::Relaxed), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_quick_step_leaves_no_mark() {
-        let health = PipelineHealth::default();
-        assert_eq!(said("p", &health, "x", async { 3 }).await, 3);
-        assert_eq!(health.awaiting_server_since_ms.load(Ordering::Relaxed), 0);
-    }
-}
-
 /// How long the start's first MongoDB step runs before the hosts are probed for their
 /// replica-set name ([`naming_a_set_mismatch`]).
 const PROBE_AFTER: Duration = Duration::from_secs(3);
@@ -137,5 +103,39 @@ pub(super) async fn naming_a_set_mismatch<F: Future>(
             }
             step.await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_step_is_marked_while_it_runs_and_unmarked_after() {
+        let health = PipelineHealth::default();
+        health.server_answer_bound_ms.store(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel::<u8>();
+        let watched = said("p", &health, "taking its offsets document", rx);
+        tokio::pin!(watched);
+        // GIVEN a step that has not answered for longer than the first note
+        tokio::select! {
+            _ = &mut watched => panic!("the step has not answered"),
+            () = tokio::time::sleep(FIRST_NOTE + Duration::from_secs(1)) => {}
+        }
+        // THEN the pipeline is marked as waiting on the server
+        assert!(health.awaiting_server_since_ms.load(Ordering::Relaxed) > 0);
+        // AND once it answers, the step's own output comes back and the mark is gone
+        tx.send(7).expect("the step waits");
+        assert_eq!(watched.await, Ok(7));
+        assert_eq!(health.awaiting_server_since_ms.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quick_step_leaves_no_mark() {
+        let health = PipelineHealth::default();
+        assert_eq!(said("p", &health, "x", async { 3 }).await, 3);
+        assert_eq!(health.awaiting_server_since_ms.load(Ordering::Relaxed), 0);
     }
 }
