@@ -675,6 +675,56 @@ fn each_stage_is_a_document_with_one_key() {
 }
 
 #[test]
+fn stages_that_remove_the_key_or_the_token_are_refused() {
+    for (stages, stage, field) in [
+        (
+            r#"[{"$project": {"documentKey": 0}}]"#,
+            "stage 0 ($project)",
+            "documentKey",
+        ),
+        (
+            r#"[{"$match": {}}, {"$project": {"_id": false}}]"#,
+            "stage 1 ($project)",
+            "_id",
+        ),
+        (
+            r#"[{"$project": {"fullDocument": 1}}]"#,
+            "stage 0 ($project)",
+            "documentKey",
+        ),
+        (
+            r#"[{"$unset": "documentKey._id"}]"#,
+            "stage 0 ($unset)",
+            "documentKey._id",
+        ),
+        (
+            r#"[{"$unset": ["a", "documentKey"]}]"#,
+            "stage 0 ($unset)",
+            "documentKey",
+        ),
+        (
+            r#"[{"$replaceRoot": {"newRoot": "$fullDocument"}}]"#,
+            "stage 0 ($replaceRoot)",
+            "the whole event",
+        ),
+    ] {
+        assert_rejected(
+            &valid_with(&format!("pipeline = '{stages}'\n")),
+            "pipelines[0].pipeline",
+            &format!("{stage} removes {field} from the change events"),
+        );
+    }
+    for fine in [
+        r#"[{"$project": {"fullDocument.secret": 0}}]"#,
+        r#"[{"$project": {"fullDocument": 1, "documentKey": 1, "operationType": 1, "ns": 1}}]"#,
+        r#"[{"$unset": "fullDocument.secret"}]"#,
+        r#"[{"$match": {"operationType": {"$in": ["insert", "invalidate"]}}}]"#,
+    ] {
+        parse(&valid_with(&format!("pipeline = '{fine}'\n"))).expect(fine);
+    }
+}
+
+#[test]
 fn stages_are_read_as_extended_json() {
     // GIVEN a $match on a date written in Extended JSON
     let text = valid_with(

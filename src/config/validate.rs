@@ -59,6 +59,55 @@ pub(super) fn parse_stages(text: &str) -> Result<Vec<bson::Document>, String> {
         .collect()
 }
 
+/// Why `stages` would remove what the bridge needs from change events: `documentKey` (the
+/// record key of every document event) or `_id` (the resume token), by an exclusion or an
+/// inclusion `$project`, an `$unset`, or a `$replaceRoot`/`$replaceWith`. `None` when no stage
+/// does (stages that only filter or add fields). The run would otherwise fail at the first
+/// event (MongoDB answers `ChangeStreamFatalError` for a removed `_id`; a missing
+/// `documentKey` fails the encoding).
+fn drops_needed_fields(stages: &[bson::Document]) -> Option<String> {
+    use bson::Bson;
+    let under = |path: &str, field: &str| {
+        path == field || path.strip_prefix(field).is_some_and(|r| r.starts_with('.'))
+    };
+    let needed = |path: &str| under(path, "documentKey") || under(path, "_id");
+    for (i, stage) in stages.iter().enumerate() {
+        let (name, body) = stage.iter().next()?;
+        let dropped = match (name.as_str(), body) {
+            ("$replaceRoot" | "$replaceWith", _) => Some("the whole event".to_owned()),
+            ("$unset", Bson::String(path)) => needed(path).then(|| path.clone()),
+            ("$unset", Bson::Array(paths)) => paths
+                .iter()
+                .filter_map(Bson::as_str)
+                .find(|p| needed(p))
+                .map(str::to_owned),
+            ("$project", Bson::Document(spec)) => {
+                let excluded = |v: &Bson| {
+                    matches!(v, Bson::Boolean(false))
+                        || v.as_i32() == Some(0)
+                        || v.as_i64() == Some(0)
+                        || v.as_f64() == Some(0.0)
+                };
+                let inclusion = spec.iter().any(|(k, v)| k != "_id" && !excluded(v));
+                let kept = spec.keys().any(|k| under(k, "documentKey"));
+                spec.iter()
+                    .find(|(k, v)| excluded(v) && needed(k))
+                    .map(|(k, _)| k.clone())
+                    .or_else(|| (inclusion && !kept).then(|| "documentKey".to_owned()))
+            }
+            _ => None,
+        };
+        if let Some(field) = dropped {
+            return Some(format!(
+                "stage {i} ({name}) removes {field} from the change events; the bridge keys \
+                 every record by documentKey and resumes by _id: keep both (filter with $match, \
+                 trim fullDocument with $project: {{\"fullDocument.field\": 0}})"
+            ));
+        }
+    }
+    None
+}
+
 fn valid_name(name: &str, max: usize) -> bool {
     !name.is_empty()
         && name.len() <= max
@@ -244,8 +293,11 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
         }
     }
     if let Some(text) = &p.pipeline {
-        parse_stages(text)
+        let stages = parse_stages(text)
             .map_err(|reason| BridgeError::config(format!("{at}.pipeline"), reason))?;
+        if let Some(reason) = drops_needed_fields(&stages) {
+            return Err(BridgeError::config(format!("{at}.pipeline"), reason));
+        }
     }
     for (key, topic) in [
         ("topic", &p.topic),
