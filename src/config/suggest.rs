@@ -1,14 +1,17 @@
-//! "Did you mean": a configuration key or value that is not one of the accepted ones is named
-//! with the closest accepted one, when one is close (a typo, not another word).
+//! The deserializer's messages made actionable: a configuration key or value that is not one
+//! of the accepted ones is named with the closest accepted one, when one is close (a typo, not
+//! another word), and a value of the wrong type is described in the file's terms (a whole
+//! number, without quotes) instead of the program's (`u64`, `usize`).
 //!
-//! Reads the deserializer's message (`unknown field `x`, expected one of `a`, `b`` or
-//! `unknown variant …`), so it covers every table and every enumerated value without a list of
-//! its own.
+//! Reads the deserializer's message (`unknown field `x`, expected one of `a`, `b``,
+//! `unknown variant …`, `invalid type: string "1s", expected u64`), so it covers every table and
+//! every enumerated value without a list of its own.
 
 /// `reason` with ` — did you mean `y`?` appended when it names an unknown field or variant
 /// `x` and an accepted name is within an edit distance of a third of `x` (at least 1, at most
 /// 3); `reason` unchanged otherwise.
 pub(super) fn with_suggestion(reason: String) -> String {
+    let reason = in_file_terms(reason);
     let Some(rest) = reason
         .strip_prefix("unknown field `")
         .or_else(|| reason.strip_prefix("unknown variant `"))
@@ -30,6 +33,33 @@ pub(super) fn with_suggestion(reason: String) -> String {
         Some((_, name)) => format!("{reason} — did you mean `{name}`?"),
         None => reason,
     }
+}
+
+/// `reason` with a Rust integer type (`expected u64`) named as the number the file must hold,
+/// and the fix added when the value was written as a string (`"1s"`, `"3"`).
+fn in_file_terms(reason: String) -> String {
+    const TYPES: [(&str, &str); 8] = [
+        ("u8", "a whole number from 0 to 255"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u32", "a whole number of 0 or more"),
+        ("u64", "a whole number of 0 or more"),
+        ("usize", "a whole number of 0 or more"),
+        ("i32", "a whole number"),
+        ("i64", "a whole number"),
+        ("f64", "a number"),
+    ];
+    let Some((head, rust)) = reason.rsplit_once(", expected ") else {
+        return reason;
+    };
+    let Some((_, plain)) = TYPES.iter().find(|(name, _)| *name == rust) else {
+        return reason;
+    };
+    let fix = if head.starts_with("invalid type: string") {
+        " (write it without quotes; durations are whole milliseconds, e.g. 1000 for 1 s)"
+    } else {
+        ""
+    };
+    format!("{head}, expected {plain}{fix}")
 }
 
 /// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.
@@ -69,6 +99,19 @@ mod tests {
         assert_eq!(with_suggestion(other.to_owned()), other);
         assert_eq!(with_suggestion("invalid type".to_owned()), "invalid type");
         assert_eq!(distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_in_the_files_terms() {
+        let quoted = with_suggestion("invalid type: string \"1s\", expected u64".to_owned());
+        assert!(quoted.ends_with("expected a whole number of 0 or more (write it without quotes; durations are whole milliseconds, e.g. 1000 for 1 s)"), "{quoted}");
+        let negative = with_suggestion("invalid value: integer `-1`, expected usize".to_owned());
+        assert_eq!(
+            negative,
+            "invalid value: integer `-1`, expected a whole number of 0 or more"
+        );
+        let other = "invalid type: integer `3`, expected a string";
+        assert_eq!(with_suggestion(other.to_owned()), other);
     }
 
     #[test]
