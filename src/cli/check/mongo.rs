@@ -209,10 +209,16 @@ fn window_line(bounds: &Result<OplogBounds, OplogUnknown>, min: Duration) -> Che
     match bounds {
         Ok(b) => {
             let window = u64::from(b.window_secs());
+            let young = if window < 60 {
+                "; a new or little-written oplog's window grows with writes until it fills"
+            } else {
+                ""
+            };
             let text = format!(
-                "oplog window {} (oldest entry {})",
+                "oplog window {} (oldest entry {}, newest {}{young})",
                 human(window),
-                crate::event::rfc3339_seconds(b.oldest.time.into())
+                crate::event::rfc3339_seconds(b.oldest.time.into()),
+                crate::event::rfc3339_seconds(b.newest.time.into())
             );
             if min.is_zero() {
                 line(
