@@ -92,7 +92,8 @@ async fn ask(
     let when = if live {
         "its owner starts it within 5 s (after any snapshot still running), streaming on"
     } else {
-        "no instance runs the pipeline now: it starts when one does"
+        "no instance holds the pipeline's lease now (none runs, or one is still starting): \
+         its next owner starts it when it takes the pipeline"
     };
     let what = scope_of(p, &request);
     let _ = writeln!(
