@@ -56,6 +56,7 @@ impl Relay {
                 permit,
             } => {
                 let _permit = permit;
+                self.metrics.pool_encoded.inc();
                 self.accept_event(bytes, encoded).await
             }
         }

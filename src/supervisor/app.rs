@@ -78,7 +78,12 @@ impl Bridge {
         // /healthz stays up until every pipeline stopped.
         let http_stop = CancellationToken::new();
         let metrics_addr = serve(&config, &metrics, &health, &http_stop).await?;
-        info!(%metrics_addr, pipelines = config.pipelines.len(), "bridge started");
+        info!(
+            %metrics_addr,
+            pipelines = config.pipelines.len(),
+            encode_threads = config.bridge.encode_threads,
+            "bridge started"
+        );
         let owner = format!(
             "{}:{}:{}",
             crate::offsets::hostname(),

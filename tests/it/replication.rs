@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use bson::doc;
+use mongo_kafka_bridge::observe::metrics::POOL_ENCODED;
 
 use crate::common::bridge::{bridge_on, start_opened};
 use crate::common::collect::{by_key, collect, operation_types};
 use crate::common::config::config_toml;
 use crate::common::kafka::create_topic;
 use crate::common::mongo::mongo;
+use crate::common::observe::counter;
 use crate::common::unique;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -187,9 +189,17 @@ async fn per_document_order(name: &str, keys: i64, rounds: i64, blob: usize) {
     // THEN each key's records sit on one partition with v = 0, 1, …, rounds in order
     let total = (keys * (rounds + 1)) as usize;
     let records = collect(&topic, total, Duration::from_secs(120)).await;
+    let pooled = counter(bridge.metrics(), POOL_ENCODED, name, &[]);
     bridge.shutdown();
     bridge.wait().await.unwrap();
     assert_eq!(records.len(), total);
+    if blob > 0 {
+        // the large rounds' updates went through the pool (one encoder may be busy when
+        // another large event arrives: the relay then encodes that one itself)
+        assert!(pooled >= 1.0, "no event was encoded on the pool");
+    } else {
+        assert_eq!(pooled, 0.0, "no pool configured");
+    }
     let groups = by_key(&records);
     assert_eq!(groups.len(), keys as usize);
     let partitions: std::collections::HashSet<i32> = records.iter().map(|r| r.partition).collect();

@@ -9,8 +9,8 @@ use super::names::{
     AMBIGUOUS_EVENTS, CHECKPOINT_COMMITS, CHECKPOINT_DURATION, CHECKPOINT_LAG,
     CHECKPOINT_TIMESTAMP, DELIVERY_DURATION, DELIVERY_ERRORS, END_TO_END_LATENCY, ERRORS,
     HISTORY_HEADROOM, IN_FLIGHT_BYTES, IN_FLIGHT_EVENTS, MESSAGES_DELIVERED, MESSAGES_ENQUEUED,
-    PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, QUEUE_FULL, RESTARTS, SOURCE_BYTES,
-    SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN, TOPIC_MISSING,
+    PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, POOL_ENCODED, QUEUE_FULL, RESTARTS,
+    SOURCE_BYTES, SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN, TOPIC_MISSING,
 };
 
 const P: &[&str] = &["pipeline"];
@@ -22,6 +22,7 @@ pub(super) struct SourceFamilies {
     pub(super) source_events: IntCounterVec,
     pub(super) source_bytes: IntCounterVec,
     pub(super) source_watermarks: IntCounterVec,
+    pub(super) pool_encoded: IntCounterVec,
     pub(super) source_lag: GaugeVec,
     pub(super) stream_open: IntGaugeVec,
 }
@@ -37,6 +38,12 @@ impl SourceFamilies {
             ),
             source_bytes: counter(r, SOURCE_BYTES, "Change event bytes read.", P),
             source_watermarks: counter(r, SOURCE_WATERMARKS, "Post-batch resume tokens taken.", P),
+            pool_encoded: counter(
+                r,
+                POOL_ENCODED,
+                "Change events encoded on the encode pool.",
+                P,
+            ),
             source_lag: float_gauge(
                 r,
                 SOURCE_LAG,

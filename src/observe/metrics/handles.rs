@@ -19,6 +19,8 @@ pub struct PipelineMetrics {
     pub source_bytes: IntCounter,
     /// Watermarks taken.
     pub source_watermarks: IntCounter,
+    /// Events encoded on the encode pool.
+    pub pool_encoded: IntCounter,
     /// Full-queue waits.
     pub queue_full: IntCounter,
     /// Event time → delivery, seconds.
@@ -130,6 +132,7 @@ impl Metrics {
             family: self.clone(),
             source_bytes: self.source.source_bytes.with_label_values(&[name]),
             source_watermarks: self.source.source_watermarks.with_label_values(&[name]),
+            pool_encoded: self.source.pool_encoded.with_label_values(&[name]),
             topics: Arc::default(),
             queue_full: self.delivery.queue_full.with_label_values(&[name]),
             end_to_end: self.delivery.end_to_end.with_label_values(&[name]),

@@ -20,6 +20,8 @@ pub const CONFIG_RELOADS: &str = "mongo_kafka_bridge_config_reloads_total";
 pub const SOURCE_EVENTS: &str = "mongo_kafka_bridge_source_events_total";
 /// Raw change event bytes read, by `pipeline`.
 pub const SOURCE_BYTES: &str = "mongo_kafka_bridge_source_bytes_total";
+/// Change events encoded on the encode pool (`[bridge] encode_threads`), by `pipeline`.
+pub const POOL_ENCODED: &str = "mongo_kafka_bridge_source_events_pool_encoded_total";
 /// Post-batch resume tokens taken as positions, by `pipeline`.
 pub const SOURCE_WATERMARKS: &str = "mongo_kafka_bridge_source_watermarks_total";
 /// Records handed to librdkafka, by `pipeline`, `topic`.
