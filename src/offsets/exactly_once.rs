@@ -5,14 +5,17 @@
 //!
 //! Record shape: key `{"pipeline":…,"topicPrefix":…,"streamUid":…}` (compact JSON); value
 //! `{_id: <pipeline>, topicPrefix, streamUid, epoch, commitSequence, resetSequence, resumeToken?,
-//!   clusterTime?, positionTime?, wallTime?, updatedAt, snapshot? | lastSnapshot?}`.
+//!   clusterTime?, positionTime?, wallTime?, updatedAt, eventsCommitted?, snapshot? |
+//!   lastSnapshot?}` (`eventsCommitted`: the document's count as of this transaction, so one
+//!   brought forward counts the events it committed).
 //!
 //! Invariants:
 //! - Which of a progress record and an offsets document is newer is decided by their
 //!   sequences, never by comparing resume tokens (their format is the server's): a higher
 //!   `resetSequence` wins, else a higher `commitSequence` ([`newer`]).
 //! - A record's fields are exactly the ones [`OffsetsStore`] writes for a
-//!   position, so bringing a document forward is one `$set` of them.
+//!   position, so bringing a document forward is one `$set` of them (and a `$max` of its
+//!   sequence and `eventsCommitted`, which only rise).
 
 use bson::{Bson, DateTime, Document, doc};
 
@@ -219,10 +222,12 @@ impl OffsetsStore {
         let (mut set, unset) = record.forward_fields();
         set.insert(fields::PROGRESS_OFFSET, offset);
         set.insert(fields::DELIVERY, "exactly_once");
-        let mut update = doc! {
-            "$set": set,
-            "$max": { fields::COMMIT_SEQUENCE: record.sequences.commit },
-        };
+        let mut max = doc! { fields::COMMIT_SEQUENCE: record.sequences.commit };
+        if let Ok(events) = record.doc.get_i64(fields::EVENTS_COMMITTED) {
+            // The count as of the record's transaction (records before it have none).
+            max.insert(fields::EVENTS_COMMITTED, events);
+        }
+        let mut update = doc! { "$set": set, "$max": max };
         if !unset.is_empty() {
             update.insert("$unset", unset);
         }

@@ -143,6 +143,7 @@ pub(super) async fn transactions(
         epoch,
         sequences: sequences(&now),
         progress_offset: now.progress_offset,
+        events_before: now.events_committed,
         max_events: ctx.pipeline.max_transaction_events,
         interval: Duration::from_millis(config.bridge.commit_interval_ms),
         transaction_timeout: Duration::from_millis(transaction_timeout_ms(config)),

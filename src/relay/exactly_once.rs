@@ -75,6 +75,8 @@ pub(crate) struct Transactions {
     /// Of the last commit (a transaction's, or a position's without records).
     sequences: Sequences,
     last_offset: Option<i64>,
+    /// `eventsCommitted` of the document the run started from.
+    events_before: i64,
     max_events: usize,
     interval: Duration,
     /// `transaction.timeout.ms` − [`MARGIN`].
@@ -106,6 +108,9 @@ pub(crate) struct TransactionSettings {
     pub sequences: Sequences,
     /// The offset of the progress record that position is from, if any.
     pub progress_offset: Option<i64>,
+    /// `eventsCommitted` of the document the run starts from: a progress record carries it
+    /// plus the run's events, so a document brought forward counts them too.
+    pub events_before: i64,
     /// `max_transaction_events`.
     pub max_events: usize,
     /// `commit_interval_ms`.
@@ -124,6 +129,7 @@ impl Transactions {
             epoch: s.epoch,
             sequences: s.sequences,
             last_offset: s.progress_offset,
+            events_before: s.events_before,
             max_events: s.max_events,
             interval: s.interval,
             limit: s.transaction_timeout.saturating_sub(MARGIN),
@@ -289,7 +295,7 @@ impl Relay {
             reset: t.sequences.reset,
             commit: t.sequences.commit + 1,
         };
-        let (fields, _) = position_fields(
+        let (mut fields, _) = position_fields(
             self.delivered.stream.as_ref(),
             self.delivered.snapshot.as_deref(),
         )
@@ -297,6 +303,10 @@ impl Relay {
             pipeline: self.pipeline.to_string(),
             reason,
         })?;
+        if let Some(position) = &self.delivered.stream {
+            let events = t.events_before + position.event_count as i64;
+            fields.insert(crate::offsets::fields::EVENTS_COMMITTED, events);
+        }
         let record = Record {
             topic: Arc::clone(&t.progress_topic),
             key: t.key.clone(),

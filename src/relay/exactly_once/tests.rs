@@ -18,6 +18,7 @@ fn transactions(max_events: usize, interval: Duration, timeout: Duration) -> Tra
             commit: 7,
         },
         progress_offset: Some(3),
+        events_before: 0,
         max_events,
         interval,
         transaction_timeout: timeout,

@@ -2,7 +2,7 @@
 //! an exactly-once bridge fails (a fail point, on servers of the test's own: a fail point is
 //! server-wide, so it must not meet other tests' bridges) while it commits 5 events to Kafka;
 //! once the writes succeed again, the document is brought forward and a `read_committed`
-//! consumer reads every event once. An ordinary test of this binary (see `main.rs`).
+//! consumer reads every event once, and the document counts them all. An ordinary test of this binary (see `main.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,11 @@ async fn a_stop_between_the_kafka_commit_and_the_offsets_write_repeats_nothing()
     })
     .await;
     assert!(doc.get_i64("commitSequence").unwrap() > 3, "{doc}");
+    // AND the document counts the events Kafka committed while its writes failed
+    wait_offsets(&client, &db, "p", WAIT, |d| {
+        d.get_i64("eventsCommitted") == Ok(10)
+    })
+    .await;
     bridge.kill();
 }
 
