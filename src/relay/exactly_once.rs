@@ -108,8 +108,7 @@ pub(crate) struct TransactionSettings {
     pub sequences: Sequences,
     /// The offset of the progress record that position is from, if any.
     pub progress_offset: Option<i64>,
-    /// `eventsCommitted` of the document the run starts from: a progress record carries it
-    /// plus the run's events, so a document brought forward counts them too.
+    /// `eventsCommitted` of the document the run starts from (progress records count on).
     pub events_before: i64,
     /// `max_transaction_events`.
     pub max_events: usize,
@@ -217,28 +216,25 @@ impl Relay {
         if t.due() && t.may_end_before(next) {
             self.commit_transaction().await?;
         }
-        let begun = match self
+        if !self
             .transactions
             .as_ref()
             .is_some_and(Transactions::is_open)
         {
-            true => Ok(()),
-            false => self.sink.begin_transaction(),
-        };
-        begun.map_err(|e| self.transaction_error("begin", e))?;
+            self.sink
+                .begin_transaction()
+                .map_err(|e| self.transaction_error("begin", e))?;
+        }
         let t = self
             .transactions
             .as_mut()
             .expect("checked above: exactly-once");
-        let open = match &mut t.open {
-            Some(open) => open,
-            None => t.open.insert(Open {
-                since: Instant::now(),
-                events: 0,
-                records: 0,
-                txn: None,
-            }),
-        };
+        let open = t.open.get_or_insert_with(|| Open {
+            since: Instant::now(),
+            events: 0,
+            records: 0,
+            txn: None,
+        });
         open.events += usize::from(is_event);
         open.records += records;
         open.txn = next.cloned();
