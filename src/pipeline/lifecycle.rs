@@ -75,9 +75,9 @@ pub(crate) async fn run(
     };
     let failure = match &result {
         Err(error) if !cancel.is_cancelled() => Some(format!(
-            "{}. Remedy: {} Then send SIGHUP, or restart the bridge, to run it again",
-            ctx.report(error),
-            error.remedy()
+            "{}. Remedy: {}. Then send SIGHUP, or restart the bridge, to run it again",
+            ctx.report(error).trim_end_matches('.'),
+            error.remedy().trim_end_matches('.')
         )),
         _ => None,
     };

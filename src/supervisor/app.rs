@@ -335,9 +335,9 @@ async fn supervise(
                             m.error(error.kind(), error.class().label());
                             m.failed.set(1);
                             health.pipeline(&end.name).set_failed(&format!(
-                                "{error}; {} Then send SIGHUP, or restart the bridge, to run it \
-                                 again",
-                                error.remedy()
+                                "{error}; {}. Then send SIGHUP, or restart the bridge, to run \
+                                 it again",
+                                error.remedy().trim_end_matches('.')
                             ));
                         }
                         if isolate && !roster.is_empty() {
