@@ -26,10 +26,15 @@ impl Config {
             reason: format!("cannot read {}: {e}", path.display()),
         })?;
         let mut config = Self::from_toml(&text, std::env::vars()).map_err(|e| match e {
-            BridgeError::Config { field, reason } => BridgeError::Config {
-                field,
-                reason: format!("{reason} (in {})", path.display()),
-            },
+            // A value an environment variable set is not the file's: the error names the variable.
+            BridgeError::Config { field, reason }
+                if !reason.contains("(set by the environment variable ") =>
+            {
+                BridgeError::Config {
+                    field,
+                    reason: format!("{reason} (in {})", path.display()),
+                }
+            }
             other => other,
         })?;
         config.source = Some(path.to_owned());
