@@ -186,6 +186,30 @@ impl PipelineConfig {
             .and_then(Result::ok)
             .unwrap_or_default()
     }
+    /// Whether a `$match` stage tests `operationType` without naming `invalidate`: such a filter
+    /// probably drops the event a drop or rename of a watched collection ends the stream with
+    /// (README, "A `pipeline` filter must let `invalidate` events through"). A guess for a
+    /// warning, not a rule: `{"operationType": {"$ne": "delete"}}` lets it through.
+    pub fn may_drop_invalidate(&self) -> bool {
+        fn tests_operation_type(doc: &bson::Document) -> bool {
+            doc.iter().any(|(key, value)| {
+                key == "operationType"
+                    || match value {
+                        bson::Bson::Document(d) => tests_operation_type(d),
+                        bson::Bson::Array(items) => items
+                            .iter()
+                            .filter_map(bson::Bson::as_document)
+                            .any(tests_operation_type),
+                        _ => false,
+                    }
+            })
+        }
+        self.stages().iter().any(|stage| {
+            stage.get_document("$match").is_ok_and(|m| {
+                tests_operation_type(m) && !stage.to_string().contains("\"invalidate\"")
+            })
+        })
+    }
     /// `db`, `db.coll`, or `*` for the whole deployment, for logs and errors.
     pub fn scope(&self) -> String {
         match (&self.database, &self.collection) {

@@ -744,6 +744,26 @@ fn stages_are_read_as_extended_json() {
 }
 
 #[test]
+fn a_match_on_operation_type_without_invalidate_is_flagged_for_check() {
+    let flagged = |stages: &str| {
+        parse(&valid_with(&format!("pipeline = '{stages}'\n")))
+            .expect("valid")
+            .pipelines[0]
+            .may_drop_invalidate()
+    };
+    assert!(flagged(r#"[{"$match": {"operationType": "insert"}}]"#));
+    assert!(flagged(
+        r#"[{"$match": {"$or": [{"operationType": "insert"}, {"fullDocument.a": 1}]}}]"#
+    ));
+    assert!(!flagged(
+        r#"[{"$match": {"operationType": {"$in": ["insert", "invalidate"]}}}]"#
+    ));
+    assert!(!flagged(r#"[{"$match": {"fullDocument.status": "paid"}}]"#));
+    let unfiltered = parse(&valid_with("")).expect("valid");
+    assert!(!unfiltered.pipelines[0].may_drop_invalidate());
+}
+
+#[test]
 fn start_at_accepts_now_and_rfc3339_times() {
     let at = |value: &str| {
         parse(&valid_with(&format!("start_at = \"{value}\"\n")))

@@ -74,6 +74,15 @@ pub(super) async fn check(
     let mut largest = Vec::new();
     for p in &config.pipelines {
         lines.push(check_stream(&client, config, p, &secrets).await);
+        if p.may_drop_invalidate() {
+            lines.push(super::warning(format!(
+                "pipeline {}: its $match tests operationType without naming invalidate: unless \
+                 it lets invalidate events through, a drop or rename of a watched collection \
+                 makes the stream close again at the same place and reopen with backoff. \
+                 Remedy: add \"invalidate\" to the operation types it keeps (README, Record format)",
+                p.name
+            )));
+        }
         if let Some(l) = state::images_line(&client, p).await {
             lines.push(l);
         }
