@@ -222,21 +222,44 @@ pub(super) fn check_properties(config: &Config) -> Result<(), BridgeError> {
     validate_topic_creation(config)
 }
 
+/// librdkafka's durations are 32-bit milliseconds (about 24.8 days), and the producer's
+/// `message.timeout.ms` is derived from `lease_ms` ([`Config::message_timeout_ms`]); a lease
+/// holds at least 3 commit intervals.
+pub(super) fn validate_durations(config: &Config) -> Result<(), BridgeError> {
+    const MOST: u64 = i32::MAX as u64;
+    let b = &config.bridge;
+    let too_long = |field: &str, value: u64, most: u64| {
+        BridgeError::config(field, format!("{value} ms is too long: use at most {most}"))
+    };
+    if b.commit_interval_ms > MOST / 3 {
+        return Err(too_long(
+            "bridge.commit_interval_ms",
+            b.commit_interval_ms,
+            MOST / 3,
+        ));
+    }
+    if b.lease_ms > MOST {
+        return Err(too_long("bridge.lease_ms", b.lease_ms, MOST));
+    }
+    Ok(())
+}
+
 fn validate_topic_creation(config: &Config) -> Result<(), BridgeError> {
     let t = &config.kafka.topic_creation;
     if !t.enabled {
         return Ok(());
     }
-    if t.partitions < 1 {
+    // librdkafka's CreateTopics refuses more than 100 000 partitions and 10 000 replicas.
+    if !(1..=100_000).contains(&t.partitions) {
         return Err(BridgeError::config(
             "kafka.topic_creation.partitions",
-            "set the partition count of the topics the bridge creates (at least 1)",
+            "set the partition count of the topics the bridge creates (1 to 100000)",
         ));
     }
-    if t.replication_factor == 0 || t.replication_factor < -1 {
+    if t.replication_factor == 0 || !(-1..=10_000).contains(&t.replication_factor) {
         return Err(BridgeError::config(
             "kafka.topic_creation.replication_factor",
-            "use -1 (the broker's default.replication.factor) or at least 1",
+            "use -1 (the broker's default.replication.factor) or 1 to 10000",
         ));
     }
     if !matches!(

@@ -227,8 +227,8 @@ fn wrong_type_names_the_field_and_the_expected_type() {
     assert_rejected(
         &valid_with("[bridge]\ncommit_interval_ms = \"fast\"\n"),
         "bridge.commit_interval_ms",
-        "invalid type: string \"fast\", expected a whole number of 0 or more (write it \
-         without quotes",
+        "invalid type: string \"fast\", expected a whole number of 0 or more (a number, not \
+         text: in the file, without quotes) — durations are whole milliseconds",
     );
     assert_rejected(
         &valid_with("tombstones = \"yes\"\n"),
@@ -741,6 +741,31 @@ fn stages_are_read_as_extended_json() {
         "$match": { "wallTime": { "$gte": bson::DateTime::from_millis(1_704_164_645_000) } }
     };
     assert_eq!(stages, vec![expected]);
+}
+
+#[test]
+fn durations_and_topic_creation_stay_within_librdkafkas_ranges() {
+    assert_rejected(
+        &valid_with("[bridge]\ncommit_interval_ms = 9223372036854775807\n"),
+        "bridge.commit_interval_ms",
+        "is too long: use at most 715827882",
+    );
+    assert_rejected(
+        &valid_with("[bridge]\nlease_ms = 3000000000\n"),
+        "bridge.lease_ms",
+        "is too long: use at most 2147483647",
+    );
+    let creation = |rf: i64| {
+        valid_with(&format!(
+            "[kafka.topic_creation]\nenabled = true\npartitions = 3\nreplication_factor = {rf}\n"
+        ))
+    };
+    assert_rejected(
+        &creation(40_000),
+        "kafka.topic_creation.replication_factor",
+        "1 to 10000",
+    );
+    parse(&creation(3)).expect("3 replicas are fine");
 }
 
 #[test]

@@ -142,6 +142,7 @@ fn validate(config: &Config) -> Result<(), BridgeError> {
             "set it to host:port[,host:port]",
         ));
     }
+    super::kafka::validate_durations(config)?;
     validate_bridge(config)?;
     super::kafka::check_properties(config)?;
     super::group::validate(config)?;
