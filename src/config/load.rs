@@ -68,7 +68,11 @@ impl Config {
         let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
             .map_err(|e| {
                 let path = e.path().to_string();
-                let reason = super::suggest::with_suggestion(e.into_inner().message().to_owned());
+                let mut reason =
+                    super::suggest::with_suggestion(e.into_inner().message().to_owned());
+                if path.ends_with("_ms") && reason.starts_with("invalid type: string") {
+                    reason.push_str(" — durations are whole milliseconds, e.g. 1000 for 1 s");
+                }
                 overrides.name_variable(BridgeError::Config {
                     field: field_path(&path, &reason),
                     reason,

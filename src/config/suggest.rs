@@ -55,7 +55,7 @@ fn in_file_terms(reason: String) -> String {
         return reason;
     };
     let fix = if head.starts_with("invalid type: string") {
-        " (write it without quotes; durations are whole milliseconds, e.g. 1000 for 1 s)"
+        " (a number, not text: in the file, without quotes)"
     } else {
         ""
     };
@@ -104,7 +104,13 @@ mod tests {
     #[test]
     fn a_value_of_the_wrong_type_is_named_in_the_files_terms() {
         let quoted = with_suggestion("invalid type: string \"1s\", expected u64".to_owned());
-        assert!(quoted.ends_with("expected a whole number of 0 or more (write it without quotes; durations are whole milliseconds, e.g. 1000 for 1 s)"), "{quoted}");
+        assert!(
+            quoted.ends_with(
+                "expected a whole number of 0 or more (a number, not text: in the file, without \
+                 quotes)"
+            ),
+            "{quoted}"
+        );
         let negative = with_suggestion("invalid value: integer `-1`, expected usize".to_owned());
         assert_eq!(
             negative,
