@@ -90,7 +90,9 @@ async fn ask(
     let admin = OffsetsAdmin::new(client, &config.mongodb);
     let (stored, live) = admin.request_snapshot(name, &request, &by).await?;
     let when = if live {
-        "its owner starts it within 5 s (after any snapshot still running), streaming on"
+        "its owner (the instance holding the lease) starts it within 5 s, after any snapshot \
+         still running, streaming on; if that instance has stopped, its next owner does when it \
+         takes the pipeline"
     } else {
         "no instance holds the pipeline's lease now (none runs, or one is still starting): \
          its next owner starts it when it takes the pipeline"
