@@ -228,6 +228,17 @@ impl BridgeError {
             }
         }
     }
+
+    /// What a stopped pipeline's health and offsets keep of this error: `report` (the error
+    /// as logged, secrets redacted), its [`remedy`](Self::remedy) and how to run it again, as
+    /// sentences.
+    pub fn stopped_text(&self, report: &str) -> String {
+        format!(
+            "{}. Remedy: {}. Then send SIGHUP, or restart the bridge, to run it again",
+            report.trim_end_matches('.'),
+            self.remedy().trim_end_matches('.')
+        )
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +246,23 @@ mod tests {
     use super::*;
     use crate::error::BridgeError;
     use crate::error::tests::command_error;
+
+    #[test]
+    fn a_stopped_pipelines_text_is_sentences_with_one_period_each() {
+        let error = BridgeError::config("bridge.x", "bad");
+        let text = error.stopped_text("the run failed.");
+        assert!(
+            text.starts_with("the run failed. Remedy: see the error above;"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "started again. Then send SIGHUP, or restart the bridge, to run it again"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(".."), "{text}");
+    }
 
     #[test]
     fn report_describes_driver_errors_without_their_debug_dump() {

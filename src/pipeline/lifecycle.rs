@@ -74,11 +74,7 @@ pub(crate) async fn run(
         Err(e) => Err(e),
     };
     let failure = match &result {
-        Err(error) if !cancel.is_cancelled() => Some(format!(
-            "{}. Remedy: {}. Then send SIGHUP, or restart the bridge, to run it again",
-            ctx.report(error).trim_end_matches('.'),
-            error.remedy().trim_end_matches('.')
-        )),
+        Err(error) if !cancel.is_cancelled() => Some(error.stopped_text(&ctx.report(error))),
         _ => None,
     };
     if let Some(failure) = &failure {

@@ -334,11 +334,9 @@ async fn supervise(
                             let m = metrics.pipeline(&end.name);
                             m.error(error.kind(), error.class().label());
                             m.failed.set(1);
-                            health.pipeline(&end.name).set_failed(&format!(
-                                "{error}; {}. Then send SIGHUP, or restart the bridge, to run \
-                                 it again",
-                                error.remedy().trim_end_matches('.')
-                            ));
+                            health
+                                .pipeline(&end.name)
+                                .set_failed(&error.stopped_text(&error.to_string()));
                         }
                         if isolate && !roster.is_empty() {
                             tracing::warn!(pipeline = %end.name,
