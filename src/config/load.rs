@@ -27,9 +27,7 @@ impl Config {
         })?;
         let mut config = Self::from_toml(&text, std::env::vars()).map_err(|e| match e {
             // A value an environment variable set is not the file's: the error names the variable.
-            BridgeError::Config { field, reason }
-                if !reason.contains("(set by the environment variable ") =>
-            {
+            BridgeError::Config { field, reason } if !reason.contains(SET_BY) => {
                 BridgeError::Config {
                     field,
                     reason: format!("{reason} (in {})", path.display()),
@@ -68,11 +66,8 @@ impl Config {
         let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
             .map_err(|e| {
                 let path = e.path().to_string();
-                let mut reason =
-                    super::suggest::with_suggestion(e.into_inner().message().to_owned());
-                if path.ends_with("_ms") && reason.starts_with("invalid type: string") {
-                    reason.push_str(" — durations are whole milliseconds, e.g. 1000 for 1 s");
-                }
+                let reason =
+                    super::suggest::with_suggestion(e.into_inner().message().to_owned(), &path);
                 overrides.name_variable(BridgeError::Config {
                     field: field_path(&path, &reason),
                     reason,
@@ -179,6 +174,10 @@ fn apply_env(
     Ok(applied)
 }
 
+/// How an error about a value an environment variable set ends: `" (set by the environment
+/// variable NAME)"`.
+const SET_BY: &str = " (set by the environment variable ";
+
 /// The fields environment overrides set: `(field, variable)`, the field as configuration
 /// errors name it (`bridge.commit_interval_ms`, `kafka.properties."linger.ms"`).
 #[derive(Debug, Default)]
@@ -203,7 +202,7 @@ impl Overrides {
                             }))
                 });
                 let reason = match var {
-                    Some((_, var)) => format!("{reason} (set by the environment variable {var})"),
+                    Some((_, var)) => format!("{reason}{SET_BY}{var})"),
                     None => reason,
                 };
                 BridgeError::Config { field, reason }

@@ -7,11 +7,12 @@
 //! `unknown variant …`, `invalid type: string "1s", expected u64`), so it covers every table and
 //! every enumerated value without a list of its own.
 
-/// `reason` with ` — did you mean `y`?` appended when it names an unknown field or variant
-/// `x` and an accepted name is within an edit distance of a third of `x` (at least 1, at most
-/// 3); `reason` unchanged otherwise.
-pub(super) fn with_suggestion(reason: String) -> String {
-    let reason = in_file_terms(reason);
+/// `reason`, the deserializer's message about the field at `path`, with ` — did you mean
+/// `y`?` appended when it names an unknown field or variant `x` and an accepted name is within
+/// an edit distance of a third of `x` (at least 1, at most 3); a wrong type in the file's terms
+/// ([`in_file_terms`]); `reason` unchanged otherwise.
+pub(super) fn with_suggestion(reason: String, path: &str) -> String {
+    let reason = in_file_terms(reason, path.ends_with("_ms"));
     let Some(rest) = reason
         .strip_prefix("unknown field `")
         .or_else(|| reason.strip_prefix("unknown variant `"))
@@ -36,8 +37,9 @@ pub(super) fn with_suggestion(reason: String) -> String {
 }
 
 /// `reason` with a Rust integer type (`expected u64`) named as the number the file must hold,
-/// and the fix added when the value was written as a string (`"1s"`, `"3"`).
-fn in_file_terms(reason: String) -> String {
+/// and the fix added when the value was written as a string (`"1s"`, `"3"`), for a
+/// `duration` (a `*_ms` field) with its unit.
+fn in_file_terms(reason: String, duration: bool) -> String {
     const TYPES: [(&str, &str); 8] = [
         ("u8", "a whole number from 0 to 255"),
         ("u16", "a whole number from 0 to 65535"),
@@ -54,12 +56,18 @@ fn in_file_terms(reason: String) -> String {
     let Some((_, plain)) = TYPES.iter().find(|(name, _)| *name == rust) else {
         return reason;
     };
-    let fix = if head.starts_with("invalid type: string") {
+    let quoted = head.starts_with("invalid type: string");
+    let fix = if quoted {
         " (a number, not text: in the file, without quotes)"
     } else {
         ""
     };
-    format!("{head}, expected {plain}{fix}")
+    let unit = if quoted && duration {
+        " — durations are whole milliseconds, e.g. 1000 for 1 s"
+    } else {
+        ""
+    };
+    format!("{head}, expected {plain}{fix}{unit}")
 }
 
 /// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.
@@ -91,19 +99,29 @@ mod tests {
         let typo = "unknown field `comit_interval_ms`, expected one of `commit_interval_ms`, \
                     `lease_ms`";
         assert!(
-            with_suggestion(typo.to_owned()).ends_with(" — did you mean `commit_interval_ms`?")
+            with_suggestion(typo.to_owned(), "bridge")
+                .ends_with(" — did you mean `commit_interval_ms`?")
         );
         let variant = "unknown variant `exatly_once`, expected `at_least_once` or `exactly_once`";
-        assert!(with_suggestion(variant.to_owned()).ends_with("did you mean `exactly_once`?"));
+        assert!(
+            with_suggestion(variant.to_owned(), "delivery")
+                .ends_with("did you mean `exactly_once`?")
+        );
         let other = "unknown field `colour`, expected one of `collection`, `database`";
-        assert_eq!(with_suggestion(other.to_owned()), other);
-        assert_eq!(with_suggestion("invalid type".to_owned()), "invalid type");
+        assert_eq!(with_suggestion(other.to_owned(), "x"), other);
+        assert_eq!(
+            with_suggestion("invalid type".to_owned(), "x"),
+            "invalid type"
+        );
         assert_eq!(distance("kitten", "sitting"), 3);
     }
 
     #[test]
     fn a_value_of_the_wrong_type_is_named_in_the_files_terms() {
-        let quoted = with_suggestion("invalid type: string \"1s\", expected u64".to_owned());
+        let quoted = with_suggestion(
+            "invalid type: string \"1s\", expected u64".to_owned(),
+            "encode_threads",
+        );
         assert!(
             quoted.ends_with(
                 "expected a whole number of 0 or more (a number, not text: in the file, without \
@@ -111,13 +129,16 @@ mod tests {
             ),
             "{quoted}"
         );
-        let negative = with_suggestion("invalid value: integer `-1`, expected usize".to_owned());
+        let negative = with_suggestion(
+            "invalid value: integer `-1`, expected usize".to_owned(),
+            "x",
+        );
         assert_eq!(
             negative,
             "invalid value: integer `-1`, expected a whole number of 0 or more"
         );
         let other = "invalid type: integer `3`, expected a string";
-        assert_eq!(with_suggestion(other.to_owned()), other);
+        assert_eq!(with_suggestion(other.to_owned(), "x"), other);
     }
 
     #[test]
