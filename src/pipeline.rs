@@ -12,6 +12,7 @@
 //! - `lifecycle.rs`: its life ([`run()`]); `policy.rs`: what a failure means and the next step;
 //!   `gap.rs`: the history-loss policies `skip` and `snapshot`; `standby.rs`: a fenced
 //!   instance's wait; `missing_topic.rs`: a topic the cluster does not have, made visible;
+//!   `recovery.rs`: what a restart rebuilds, and the escalation of a failure that comes back;
 //! - `run.rs`: one run, from its plan (`plan.rs`: what to read, where to start, how to
 //!   deliver; `start.rs`: where to start) to its stages (`stage.rs`); `hold.rs`: the lease held
 //!   while a run starts; `exactly_once.rs`: the start of an exactly-once run; `waiting.rs`: a
@@ -25,6 +26,7 @@ mod lifecycle;
 mod missing_topic;
 mod plan;
 pub(crate) mod policy;
+mod recovery;
 mod run;
 mod stage;
 mod standby;

@@ -261,7 +261,13 @@ impl Relay {
         cancel: CancellationToken,
     ) -> Result<(), BridgeError> {
         let result = self.run_loop(rx, cancel).await;
-        if result.is_err() {
+        if let Err(error) = &result {
+            if error.is_producer_failure() && self.transactions.is_none() {
+                // At least once: the restart publishes the failed record again; nothing
+                // enqueued after it may reach its partition before that (no gap in a
+                // document's order).
+                self.sink.purge();
+            }
             // Nothing of the open transaction becomes visible; it is read again after restart.
             self.abort_transaction().await;
         }

@@ -258,6 +258,12 @@ impl BridgeError {
         )
     }
 
+    /// Whether the run failed in Kafka (the next run gets new clients, `pipeline/recovery.rs`).
+    pub(crate) fn is_kafka_failure(&self) -> bool {
+        let other = matches!(self, Self::Progress { .. } | Self::TopicCreation { .. });
+        other || self.is_producer_failure() || matches!(self, Self::Producer(_))
+    }
+
     /// Whether the failure came from the pipeline's producer, which is then rebuilt before the
     /// next run (a fatal idempotent-producer state only clears with a new producer).
     pub(crate) fn is_producer_failure(&self) -> bool {

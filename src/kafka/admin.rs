@@ -4,11 +4,20 @@
 //! Invariants:
 //! - Every call is bounded in time and runs blocking librdkafka calls on the blocking pool; the
 //!   client itself is destroyed there too ([`super::Detached`]).
+//! - The client can be rebuilt ([`KafkaAdmin::renew`]): every clone sees the new one from its
+//!   next call, while a call in progress finishes on the client it started on. A librdkafka
+//!   client can be left with no broker to talk to: since librdkafka 2.10 it forgets every
+//!   broker a metadata reply does not list, and a KRaft broker that its controller fenced
+//!   (frozen longer than `broker.session.timeout.ms`, 9 s by default) lists no broker at all
+//!   in the milliseconds before it is unfenced. Such a client schedules no re-bootstrap (it
+//!   has no broker to send the metadata request that would start that timer), so each of its
+//!   calls times out until it is rebuilt; pipelines rebuild it after a Kafka failure
+//!   (`pipeline/recovery.rs`).
 //! - Creation tolerates `TOPIC_ALREADY_EXISTS` (another instance, or the broker's auto-creation,
 //!   was first); a topic the cluster lists is never created again.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rdkafka::admin::{
@@ -45,10 +54,18 @@ pub(crate) struct ClusterInfo {
     pub topics: Vec<TopicInfo>,
 }
 
-/// An admin client for `[kafka]` (clones share it).
+type Client = Arc<Detached<AdminClient<KafkaContext>>>;
+
+/// An admin client for `[kafka]` (clones share it, and share its renewals).
 #[derive(Clone)]
 pub(crate) struct KafkaAdmin {
-    admin: Arc<Detached<AdminClient<KafkaContext>>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: rdkafka::ClientConfig,
+    /// The client calls start on, and how many times it was rebuilt.
+    current: RwLock<(Client, u64)>,
 }
 
 impl KafkaAdmin {
@@ -56,16 +73,61 @@ impl KafkaAdmin {
     ///
     /// Errors: librdkafka's refusal of the connection or security properties.
     pub(crate) fn new(kafka: &KafkaConfig) -> Result<Self, KafkaError> {
-        let admin = admin_client_config(kafka).create_with_context(KafkaContext::default())?;
+        let config = admin_client_config(kafka);
+        let client = Self::build(&config)?;
         Ok(Self {
-            admin: Arc::new(Detached::new(admin)),
+            shared: Arc::new(Shared {
+                config,
+                current: RwLock::new((client, 0)),
+            }),
         })
+    }
+
+    fn build(config: &rdkafka::ClientConfig) -> Result<Client, KafkaError> {
+        let admin = config.create_with_context(KafkaContext::default())?;
+        Ok(Arc::new(Detached::new(admin)))
+    }
+
+    /// The client the next call starts on.
+    fn admin(&self) -> Client {
+        let current = self
+            .shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        Arc::clone(&current.0)
+    }
+
+    /// How many times the client was rebuilt (a generation for [`KafkaAdmin::renew`]).
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+    }
+
+    /// Rebuilds the client unless it was rebuilt since `generation` (several pipelines that
+    /// failed together rebuild it once). Returns whether this call rebuilt it.
+    ///
+    /// Errors: librdkafka's refusal of the configuration (it was accepted once: not expected).
+    pub(crate) fn renew(&self, generation: u64) -> Result<bool, KafkaError> {
+        let mut current = self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if current.1 != generation {
+            return Ok(false);
+        }
+        *current = (Self::build(&self.shared.config)?, generation + 1);
+        Ok(true)
     }
 
     /// The cluster's brokers and topics. Errors: the metadata request's (e.g. a timeout when no
     /// broker answers within `timeout`).
     pub(crate) async fn metadata(&self, timeout: Duration) -> Result<ClusterInfo, KafkaError> {
-        let admin = Arc::clone(&self.admin);
+        let admin = self.admin();
         let read = tokio::task::spawn_blocking(move || {
             let m = admin.inner().fetch_metadata(None, timeout)?;
             Ok(ClusterInfo {
@@ -93,7 +155,7 @@ impl KafkaAdmin {
     ) -> Vec<Option<String>> {
         let unknown = vec![None; keys.len()];
         let options = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
-        let Ok(results) = self.admin.describe_configs([&resource], &options).await else {
+        let Ok(results) = self.admin().describe_configs([&resource], &options).await else {
             return unknown;
         };
         let Some(Ok(found)) = results.into_iter().next() else {
@@ -148,7 +210,7 @@ impl KafkaAdmin {
         let options = AdminOptions::new()
             .operation_timeout(Some(ADMIN_TIMEOUT))
             .validate_only(validate_only);
-        let results = self.admin.create_topics([&new], &options).await?;
+        let results = self.admin().create_topics([&new], &options).await?;
         let mut created = false;
         for result in results {
             match result {
@@ -201,7 +263,7 @@ impl KafkaAdmin {
                 }
                 Some(_) => {
                     let more = NewPartitions::new(topic, wanted);
-                    match self.admin.create_partitions([&more], &options).await {
+                    match self.admin().create_partitions([&more], &options).await {
                         Ok(results) => results.into_iter().map(|r| r.map(drop)).collect(),
                         Err(e) => {
                             refused = Some(e);
@@ -212,7 +274,7 @@ impl KafkaAdmin {
                 None => {
                     let replication = TopicReplication::Fixed(replication_factor);
                     let new = NewTopic::new(topic, partitions, replication);
-                    let results = self.admin.create_topics([&new], &options).await?;
+                    let results = self.admin().create_topics([&new], &options).await?;
                     results.into_iter().map(|r| r.map(drop)).collect::<Vec<_>>()
                 }
             };

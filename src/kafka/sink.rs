@@ -198,6 +198,17 @@ impl KafkaSink {
         }
     }
 
+    /// Drops every record not yet delivered, queued or in flight (their deliveries report
+    /// purged; acknowledgements of in-flight ones are voided), without waiting: after a failed
+    /// delivery, nothing enqueued after it may reach the topic before the restart publishes it
+    /// again. librdkafka's idempotent producer would otherwise go on after a timed-out record
+    /// (bumping its epoch, KIP-360) and deliver later records of the same partition first.
+    pub(crate) fn purge(&self) {
+        use rdkafka::producer::PurgeConfig;
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    }
+
     /// Waits up to `timeout` for every enqueued record to be delivered or fail. Runs the
     /// blocking librdkafka call on the blocking pool. Returns whether the queue is empty.
     pub(crate) async fn flush(&self, timeout: Duration) -> bool {

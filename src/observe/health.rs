@@ -57,6 +57,9 @@ pub struct PipelineHealth {
     /// In a group: the pipeline is not assigned to this member (another one runs it). Such a
     /// pipeline counts for neither readiness nor liveness here.
     pub elsewhere: AtomicBool,
+    /// The same failure kept ending its runs and its clients were rebuilt
+    /// (`pipeline/recovery.rs`): what happened and the remedy, until a run commits again.
+    escalated: Mutex<Option<String>>,
 }
 
 impl PipelineHealth {
@@ -88,6 +91,24 @@ impl PipelineHealth {
         let began = missing.is_none();
         *missing = Some((topic.to_owned(), what.to_owned()));
         began
+    }
+
+    /// Records that the pipeline escalated a failure that kept coming back (`text`: what
+    /// happened, the last error and its remedy).
+    pub(crate) fn set_escalated(&self, text: &str) {
+        *self.escalated.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.to_owned());
+    }
+
+    /// A run committed again: the escalation is over.
+    pub(crate) fn clear_escalated(&self) {
+        *self.escalated.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn escalated(&self) -> Option<String> {
+        self.escalated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The topic is there again (or the pipeline no longer waits for one).
@@ -284,93 +305,6 @@ impl Health {
         list.retain(|(n, _)| n != name);
     }
 
-    /// Readiness, with the reasons when not ready and the standby notes either way.
-    pub fn readiness(&self, max_delivery_age_ms: i64) -> Readiness {
-        let now = now_ms();
-        let mut reasons = Vec::new();
-        let mut notes = Vec::new();
-        if self.draining.load(Ordering::Relaxed) {
-            reasons.push("draining: shutdown in progress".to_owned());
-        }
-        if let Some(g) = self.group() {
-            if g.joined {
-                let list = self.list();
-                let runs = |p: &PipelineHealth| {
-                    !p.elsewhere.load(Ordering::Relaxed) && !p.stopped.load(Ordering::Relaxed)
-                };
-                let owned = list.iter().filter(|(_, p)| runs(p));
-                notes.push(format!(
-                    "group {}: member, runs {} pipeline(s)",
-                    g.id,
-                    owned.count()
-                ));
-            } else {
-                let last = g.error.as_ref().map(|e| format!(" (last error: {e})"));
-                reasons.push(format!(
-                    "group {}: joining, no assignment yet{}",
-                    g.id,
-                    last.unwrap_or_default()
-                ));
-            }
-            for (what, problem) in &g.problems {
-                reasons.push(format!("group {}: {what}: {problem}", g.id));
-            }
-        }
-        for (name, p) in self.list().iter() {
-            if p.elsewhere.load(Ordering::Relaxed) {
-                continue;
-            }
-            if let Some(reason) = p.refused() {
-                reasons.push(format!("pipeline {name}: refused: {reason}"));
-                continue;
-            }
-            if let Some(reason) = p.failed() {
-                reasons.push(format!("pipeline {name}: failed: {reason}"));
-                continue;
-            }
-            if let Some((_, missing)) = p.topic_missing() {
-                reasons.push(format!("pipeline {name}: {missing}"));
-            }
-            if let Some((owner, until)) = p.standby() {
-                notes.push(format!(
-                    "pipeline {name}: standby, owner {owner} until {}",
-                    crate::event::rfc3339_seconds(until / 1000)
-                ));
-                continue;
-            }
-            if !p.stream_open.load(Ordering::Relaxed) {
-                reasons.push(format!("pipeline {name}: change stream not open"));
-            }
-            if p.kafka_failing.load(Ordering::Relaxed) {
-                reasons.push(format!(
-                    "pipeline {name}: Kafka deliveries failed; restarted, waiting for Kafka to \
-                     answer again"
-                ));
-            }
-            let waiting = p.awaiting_server_since_ms.load(Ordering::Relaxed);
-            let bound = p.server_answer_bound_ms.load(Ordering::Relaxed);
-            if waiting > 0 && bound > 0 && now - waiting > bound {
-                reasons.push(format!(
-                    "pipeline {name}: no answer from MongoDB for {} ms",
-                    now - waiting
-                ));
-            }
-            let oldest = p.oldest_in_flight_ms.load(Ordering::Relaxed);
-            if oldest > 0 && now - oldest > max_delivery_age_ms {
-                reasons.push(format!(
-                    "pipeline {name}: oldest undelivered record is {} ms old",
-                    now - oldest
-                ));
-            }
-        }
-        let ready = reasons.is_empty();
-        reasons.extend(notes);
-        Readiness {
-            ready,
-            lines: reasons,
-        }
-    }
-
     /// `Ok(())` when no running pipeline is wedged, else the reasons.
     pub fn liveness(&self) -> Result<(), String> {
         let now = now_ms();
@@ -393,5 +327,6 @@ impl Health {
     }
 }
 
+mod readiness;
 #[cfg(test)]
 mod tests;

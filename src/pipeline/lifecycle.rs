@@ -11,9 +11,11 @@
 //! - Every stop that still holds the pipeline releases its lease (clean or fatal), so standbys
 //!   and tools see no live owner at once. A fenced instance holds nothing.
 //! - Restarts back off exponentially with full jitter, capped at `max_restart_backoff_ms`, and
-//!   reset after a run that lasted longer than [`HEALTHY_RUN`]. A reopen after an `invalidate`
-//!   is at once, unless the stream closed again within that time: never a tight loop.
-//! - A run that failed in the producer gets a new one.
+//!   reset after a run that lasted longer than [`HEALTHY_RUN`] or that committed a position. A
+//!   reopen after an `invalidate` is at once, unless the stream closed again within that time:
+//!   never a tight loop.
+//! - A run that failed in Kafka gets new Kafka clients, and a failure that keeps coming back
+//!   escalates (`recovery.rs`).
 //! - A pipeline that stops on a failure says so where operators look: `/readyz` names it with
 //!   the error and the remedy, and `…_pipeline_failed` is 1 until its next run begins.
 
@@ -26,6 +28,7 @@ use tracing::{error, info, warn};
 use super::context::PipelineContext;
 use super::gap::skip;
 use super::policy::{self, Action, Attempts, backoff, explain};
+use super::recovery::Recovery;
 use super::stage::cancellable;
 use super::standby;
 use super::waiting::{naming_a_set_mismatch, said};
@@ -127,12 +130,15 @@ async fn lifecycle(
     let p = ctx.pipeline.clone();
     let mut attempts = Attempts::new(ctx.config.bridge.persistent_error_attempts);
     let mut backoff: u32 = 0;
+    let mut recovery = Recovery::default();
     loop {
         let started = Instant::now();
+        recovery.begin_run(ctx);
         let Some(error) = run_owned(ctx, store, cancel, epoch).await else {
             return Ok(Ended::Stopped);
         };
-        if started.elapsed() > HEALTHY_RUN {
+        let progressed = recovery.progressed(ctx);
+        if started.elapsed() > HEALTHY_RUN || progressed {
             attempts.healthy_run();
             backoff = 0;
         }
@@ -178,7 +184,10 @@ async fn lifecycle(
         {
             return Ok(ended);
         }
-        renew_producer(ctx, &error)?;
+        if error.is_producer_failure() {
+            ctx.health.kafka_failing.store(true, Ordering::Relaxed);
+        }
+        recovery.after_failure(ctx, &error, progressed).await?;
     }
 }
 
@@ -265,26 +274,6 @@ async fn pause(cancel: &CancellationToken, delay: Duration) -> Option<Ended> {
         Some(()) => None,
         None => Some(Ended::Stopped),
     }
-}
-
-/// After a run that failed in the producer: Kafka is reported failing, and (at-least-once) a
-/// new producer is built.
-///
-/// Errors: [`BridgeError::Producer`] when the new producer cannot be built.
-fn renew_producer(ctx: &mut PipelineContext, error: &BridgeError) -> Result<(), BridgeError> {
-    let p = &ctx.pipeline;
-    let exactly_once = p.delivery == Delivery::ExactlyOnce;
-    if error.is_producer_failure() {
-        ctx.health
-            .kafka_failing
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    // Exactly-once: every run builds its own producer (`run_owned`).
-    if error.is_producer_failure() && !exactly_once {
-        ctx.sink =
-            PipelineContext::new_sink(&ctx.config, p, &ctx.metrics, None, ctx.learned.batch_cap)?;
-    }
-    Ok(())
 }
 
 /// What the run's end taught about the topics ([`Learned`](crate::kafka::limits::Learned)); `true` when the next run starts

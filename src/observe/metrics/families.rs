@@ -7,10 +7,11 @@ use prometheus::{
 
 use super::names::{
     AMBIGUOUS_EVENTS, CHECKPOINT_COMMITS, CHECKPOINT_DURATION, CHECKPOINT_LAG,
-    CHECKPOINT_TIMESTAMP, DELIVERY_DURATION, DELIVERY_ERRORS, END_TO_END_LATENCY, ERRORS,
-    HISTORY_HEADROOM, IN_FLIGHT_BYTES, IN_FLIGHT_EVENTS, MESSAGES_DELIVERED, MESSAGES_ENQUEUED,
-    PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, POOL_ENCODED, QUEUE_FULL, RESTARTS,
-    SOURCE_BYTES, SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN, TOPIC_MISSING,
+    CHECKPOINT_TIMESTAMP, CLIENT_REBUILDS, DELIVERY_DURATION, DELIVERY_ERRORS, END_TO_END_LATENCY,
+    ERRORS, HISTORY_HEADROOM, IN_FLIGHT_BYTES, IN_FLIGHT_EVENTS, MESSAGES_DELIVERED,
+    MESSAGES_ENQUEUED, PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, POOL_ENCODED, QUEUE_FULL,
+    RESTARTS, SOURCE_BYTES, SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN,
+    TOPIC_MISSING,
 };
 
 const P: &[&str] = &["pipeline"];
@@ -165,6 +166,7 @@ impl CheckpointFamilies {
 pub(super) struct LifecycleFamilies {
     pub(super) errors: IntCounterVec,
     pub(super) restarts: IntCounterVec,
+    pub(super) client_rebuilds: IntCounterVec,
     pub(super) pipeline_owned: IntGaugeVec,
     pub(super) pipeline_refused: IntGaugeVec,
     pub(super) pipeline_failed: IntGaugeVec,
@@ -181,6 +183,12 @@ impl LifecycleFamilies {
                 &["pipeline", "stage", "class"],
             ),
             restarts: counter(r, RESTARTS, "Pipeline restarts.", &["pipeline", "reason"]),
+            client_rebuilds: counter(
+                r,
+                CLIENT_REBUILDS,
+                "Escalations: the same failure ended several runs in a row, clients rebuilt.",
+                &["pipeline", "reason"],
+            ),
             pipeline_owned: gauge(
                 r,
                 PIPELINE_OWNED,

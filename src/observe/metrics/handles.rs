@@ -123,6 +123,7 @@ impl Metrics {
         let life = &self.lifecycle;
         for kind in crate::error::KINDS {
             life.restarts.with_label_values(&[name, kind]);
+            life.client_rebuilds.with_label_values(&[name, kind]);
             for class in ["transient", "persistent", "fatal"] {
                 life.errors.with_label_values(&[name, kind, class]);
             }
@@ -243,6 +244,14 @@ impl PipelineMetrics {
         self.family
             .lifecycle
             .restarts
+            .with_label_values(&[&self.name, reason])
+            .inc();
+    }
+    /// Counts an escalation for `reason` (an error kind).
+    pub fn client_rebuild(&self, reason: &str) {
+        self.family
+            .lifecycle
+            .client_rebuilds
             .with_label_values(&[&self.name, reason])
             .inc();
     }

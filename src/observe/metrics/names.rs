@@ -66,6 +66,10 @@ pub const HISTORY_WINDOW: &str = "mongo_kafka_bridge_history_window_seconds";
 pub const ERRORS: &str = "mongo_kafka_bridge_errors_total";
 /// Pipeline restarts, by `pipeline`, `reason`.
 pub const RESTARTS: &str = "mongo_kafka_bridge_pipeline_restarts_total";
+/// Escalations, by `pipeline`, `reason` (an error kind): the same failure ended
+/// `ESCALATE_AFTER` runs in a row with nothing committed, and the pipeline rebuilt its MongoDB
+/// and Kafka clients (`pipeline/recovery.rs`).
+pub const CLIENT_REBUILDS: &str = "mongo_kafka_bridge_pipeline_client_rebuilds_total";
 /// 1 while the pipeline's change stream is open, by `pipeline`.
 pub const STREAM_OPEN: &str = "mongo_kafka_bridge_stream_open";
 /// 1 while this instance owns the pipeline (holds its epoch), 0 while it stands by or after
@@ -120,7 +124,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 40] = [
+pub const ALL: [&str; 41] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -142,6 +146,7 @@ pub const ALL: [&str; 40] = [
     HISTORY_WINDOW,
     ERRORS,
     RESTARTS,
+    CLIENT_REBUILDS,
     STREAM_OPEN,
     PIPELINE_OWNED,
     PIPELINE_REFUSED,
