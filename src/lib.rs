@@ -12,7 +12,8 @@
 //!   `checkpoint` → [`offsets`] (the offsets document);
 //! - what they share: [`snapshot`] (its types and proof), `event` (positions, items),
 //!   [`observe`] (health, metrics, logs), `mongo` (the client), [`config`], [`error`],
-//!   [`extjson`] (the Extended JSON transcoder).
+//!   [`extjson`] (the Extended JSON transcoder), [`failpoint`] (where the fault suite makes a
+//!   fault land).
 //!
 //! Public: what the binary, the integration tests and the benchmarks use; under `--cfg fuzzing`
 //! (`cargo fuzz`) also `fuzzing`, the fuzz targets' entry points.
@@ -24,6 +25,7 @@ pub mod encode;
 pub mod error;
 mod event;
 pub mod extjson;
+pub mod failpoint;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing;

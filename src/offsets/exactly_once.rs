@@ -19,6 +19,9 @@
 
 use bson::{Bson, DateTime, Document, doc};
 
+mod standing;
+pub(crate) use standing::{Standing, standing};
+
 use super::store::OffsetsStore;
 use super::{fields, snapshot};
 use crate::error::BridgeError;
@@ -94,7 +97,6 @@ impl ProgressRecord {
     /// The position fields of the record as an offsets document (for the start position).
     ///
     /// Errors: a field of the wrong type, named.
-    #[cfg(test)]
     pub(crate) fn offsets(&self) -> Result<super::OffsetsDoc, String> {
         super::OffsetsDoc::parse(&self.doc)
     }

@@ -10,13 +10,15 @@
 //!   no other pipeline's open transaction. A pipeline with no record there yet reads the
 //!   topic older versions shared (if it exists) once, so an upgrade keeps a position
 //!   committed only there.
-//! - The newer of the progress record and the offsets document wins by their sequences
-//!   ([`newer`]); the offsets document is brought forward to a newer record before
-//!   the stream opens, so everything after it reads one position.
+//! - The progress record is the truth, the offsets document its copy ([`standing`], whose
+//!   module has the rule and its proof): a document behind the record is brought forward, one
+//!   ahead of it is rewound to it (warned with both positions, counted in
+//!   `mongo_kafka_bridge_offsets_ahead_of_kafka_total`), before the stream opens, so
+//!   everything after it reads one position.
 
 use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 
 use super::context::PipelineContext;
 use crate::config::exactly_once::{progress_topic_creation, transaction_timeout_ms};
@@ -24,7 +26,7 @@ use crate::config::names::{progress_topic, shared_progress_topic};
 use crate::error::BridgeError;
 use crate::kafka::admin::ADMIN_TIMEOUT;
 use crate::kafka::exactly_once::read_latest;
-use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, Sequences, newer};
+use crate::offsets::exactly_once::{ProgressKey, ProgressRecord, Sequences, Standing, standing};
 use crate::offsets::{OffsetsDoc, OffsetsStore};
 use crate::relay::exactly_once::{TransactionSettings, Transactions};
 
@@ -82,29 +84,59 @@ pub(super) async fn reconcile(
     let owner = progress_key(ctx, &offsets)?;
     let db = &ctx.config.mongodb.offsets_database;
     let name = progress_topic(db, &owner.stream_uid);
-    ctx.admin
-        .create(&name, &progress_topic_creation(&ctx.config))
-        .await
-        .map_err(|e| failed("progress_topic", e))?;
-    let mut read = read_progress(ctx, name, &owner, timeout).await?;
-    if read.is_none() {
-        // Upgraded from the shared topic: its newest record of ours may be the position.
-        let shared = shared_progress_topic(db);
-        let listed = ctx.admin.metadata(ADMIN_TIMEOUT).await.ok();
-        if listed.is_some_and(|c| c.topics.iter().any(|t| t.name == shared)) {
-            read = read_progress(ctx, shared, &owner, timeout).await?;
-        }
+    // The cluster's list first: a topic it lists is never created again (a CreateTopics on
+    // every run would make each restart depend on the controller's path too).
+    let listed = ctx.admin.metadata(ADMIN_TIMEOUT).await.ok();
+    let lists = |topic: &str| {
+        listed
+            .as_ref()
+            .is_some_and(|c| c.topics.iter().any(|t| t.name == topic))
+    };
+    if !lists(&name) {
+        ctx.admin
+            .create(&name, &progress_topic_creation(&ctx.config))
+            .await
+            .map_err(|e| failed("progress_topic", e))?;
     }
-    match read {
-        Some((record, offset)) if newer(record.sequences, sequences(&offsets)) => {
+    let mut read = read_progress(ctx, name, &owner, timeout).await?;
+    let shared = shared_progress_topic(db);
+    if read.is_none() && lists(&shared) {
+        // Upgraded from the shared topic: its newest record of ours may be the position.
+        read = read_progress(ctx, shared, &owner, timeout).await?;
+    }
+    let Some((record, offset)) = read else {
+        return Ok(offsets);
+    };
+    match standing(&offsets, &record) {
+        Standing::Consistent => return Ok(offsets),
+        Standing::KafkaAhead => {
             info!(pipeline = %p.name, commit_sequence = record.sequences.commit, offset,
                   "the progress topic is ahead of the offsets document (a stop between Kafka's \
                    commit and the offsets write): bringing the document forward");
             store.bring_forward(epoch, &record, offset).await?;
-            store.load(epoch).await
         }
-        _ => Ok(offsets),
+        Standing::DocumentAhead => {
+            ahead_of_kafka(ctx, &offsets, &record, offset);
+            store.rewind(epoch, &record, offset).await?;
+        }
     }
+    store.load(epoch).await
+}
+
+/// The document claims a transaction Kafka does not show: said with both positions, counted.
+fn ahead_of_kafka(ctx: &PipelineContext, doc: &OffsetsDoc, record: &ProgressRecord, offset: i64) {
+    let kafka = record.offsets().ok();
+    let time = |t: Option<bson::Timestamp>| t.map(crate::event::format_timestamp);
+    warn!(pipeline = %ctx.pipeline.name,
+          document_commit_sequence = doc.commit_sequence,
+          document_cluster_time = ?time(doc.cluster_time.or(doc.position_time)),
+          kafka_commit_sequence = record.sequences.commit,
+          kafka_cluster_time = ?time(kafka.and_then(|k| k.cluster_time.or(k.position_time))),
+          progress_offset = offset,
+          "the offsets document is ahead of the newest transaction Kafka committed (a commit \
+           that never became visible, or an edit): resuming from Kafka's progress record and \
+           rewriting the document; the events after it are published again, once");
+    ctx.metrics.transactions().document_ahead.inc();
 }
 
 /// The newest committed progress record of `owner` in `topic`, read on the blocking pool.

@@ -212,6 +212,9 @@ impl Relay {
                 Ok(delivery) => {
                     self.topic_metrics(&record.topic).enqueued.inc();
                     p.deliveries.push(Delivery::Enqueued(delivery));
+                    if self.transactions.is_some() {
+                        crate::failpoint::reach("transaction_open");
+                    }
                 }
                 Err(EnqueueError::QueueFull) => {
                     self.metrics.queue_full.inc();

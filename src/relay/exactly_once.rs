@@ -84,6 +84,11 @@ pub(crate) struct Transactions {
     /// Bound of each blocking call (commit, abort).
     call_timeout: Duration,
     open: Option<Open>,
+    /// A delivered position with no record behind it that no transaction carried yet
+    /// (`exactly_once/positions.rs`).
+    unsent: bool,
+    /// When the last transaction committed.
+    last_commit: Instant,
     metrics: TransactionMetrics,
 }
 
@@ -134,6 +139,8 @@ impl Transactions {
             limit: s.transaction_timeout.saturating_sub(MARGIN),
             call_timeout: s.transaction_timeout,
             open: None,
+            unsent: false,
+            last_commit: Instant::now(),
             metrics,
         }
     }
@@ -260,7 +267,7 @@ impl Relay {
         if t.due() && t.at_boundary() {
             self.commit_transaction().await?;
         }
-        Ok(())
+        self.commit_unsent(false).await
     }
 
     /// Ends the open transaction at a drain: commits it when it may end here, else aborts it
@@ -272,7 +279,8 @@ impl Relay {
                 self.abort_transaction().await;
                 Ok(())
             }
-            _ => Ok(()),
+            Some(_) => self.commit_unsent_at_drain().await,
+            None => Ok(()),
         }
     }
 
@@ -327,6 +335,7 @@ impl Relay {
                 return Err(self.transaction_error("progress", cancelled));
             }
         };
+        crate::failpoint::reach("transaction_committing");
         let started = Instant::now();
         self.sink
             .commit_transaction(t.call_timeout)
@@ -342,6 +351,8 @@ impl Relay {
         t.metrics.records.observe(records as f64);
         t.metrics.committed.inc();
         t.open = None;
+        t.unsent = false;
+        t.last_commit = Instant::now();
         t.sequences = sequences;
         t.last_offset = offset.or(t.last_offset);
         self.delivered.committed = Some((sequences.commit, t.last_offset));
@@ -368,21 +379,6 @@ impl Relay {
         }
     }
 
-    /// Publishes a position with no record behind it (watermarks, snapshot states) while no
-    /// transaction is open: it takes a new commit sequence. `false` while one is open: the
-    /// state is published when it commits.
-    pub(super) fn sequence_untransacted(&mut self) -> bool {
-        let Some(t) = &mut self.transactions else {
-            return true;
-        };
-        if t.open.is_some() {
-            return false;
-        }
-        t.sequences.commit += 1;
-        self.delivered.committed = Some((t.sequences.commit, t.last_offset));
-        true
-    }
-
     fn transaction_error(
         &self,
         operation: &'static str,
@@ -396,5 +392,6 @@ impl Relay {
     }
 }
 
+mod positions;
 #[cfg(test)]
 mod tests;

@@ -73,7 +73,7 @@ impl Relay {
     /// Publishes the delivered prefix's state for the checkpointer; exactly-once, only a state
     /// no open transaction holds (the commit publishes the others, see [`transaction`](super::exactly_once)).
     pub(super) fn publish(&mut self) {
-        if self.sequence_untransacted() {
+        if self.publishes_untransacted() {
             self.safe.send_replace(self.delivered.clone());
         }
         self.publish_gauges();

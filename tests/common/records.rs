@@ -148,10 +148,9 @@ impl Consumer {
                         r.lock().expect("records lock").push(rec);
                     }
                     Some(Err(e)) => {
-                        let mut errors = e_.lock().expect("errors lock");
-                        if errors.len() < 20 {
-                            errors.push(format!("{:?}: {e}", s_start.elapsed()));
-                        }
+                        let line = format!("{:?}: {e}", s_start.elapsed());
+                        eprintln!("consumer error: {line}");
+                        e_.lock().expect("errors lock").push(line);
                     }
                     None => {}
                 }
@@ -165,8 +164,9 @@ impl Consumer {
         }
     }
 
-    /// The errors its `poll` returned (the first 20, each with the time since it started):
-    /// a broker that was down, or a position it lost, which a failed check should show.
+    /// Every error its `poll` returned, each with the time since it started (also printed as
+    /// it happens): a broker that was down, or a position it could not read (it never resets
+    /// on its own: `auto.offset.reset = error`).
     pub fn errors(&self) -> Vec<String> {
         self.errors.lock().expect("errors lock").clone()
     }

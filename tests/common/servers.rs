@@ -36,7 +36,7 @@ pub fn services_managed() -> Option<PathBuf> {
 /// A named `scripts/services` instance, stopped and wiped when dropped (also on panic).
 pub struct Instance {
     pub name: String,
-    script: PathBuf,
+    pub script: PathBuf,
     /// `MONGODB_URI` of the instance.
     pub mongo_uri: String,
     /// `KAFKA_BOOTSTRAP` of the instance (empty for a MongoDB alone).

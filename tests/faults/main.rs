@@ -62,6 +62,7 @@ mod secrets;
 mod security;
 mod snapfreeze;
 mod stage;
+mod stalls;
 
 // Ordinary tests.
 mod deployments;
@@ -188,6 +189,13 @@ async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
         );
     }
     exactly_once::run(suite, ctx).await;
+    suite
+        .run(
+            "stall",
+            "Kafka stalls, both deliveries",
+            stalls::stalls(ctx),
+        )
+        .await;
 }
 
 /// `MKB_FAULTS_SEED`, else the clock's nanoseconds.

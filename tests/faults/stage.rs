@@ -87,6 +87,11 @@ impl Stage {
         BridgeProc::spawn(&self.config, self.dir.join(log))
     }
 
+    /// [`Stage::spawn`] with `env` set for the process (e.g. a fail point).
+    pub fn spawn_with(&self, log: &str, env: &[(&str, &str)]) -> BridgeProc {
+        BridgeProc::spawn_with(&self.config, self.dir.join(log), env)
+    }
+
     /// [`Stage::spawn`], then its HTTP address (within 30 s) and its first commit (within
     /// 60 s).
     pub async fn start(&self, log: &str) -> (BridgeProc, String) {

@@ -1,6 +1,7 @@
 //! The Kafka transaction series of exactly-once pipelines (`delivery = "exactly_once"`):
 //! transactions ended by outcome, their duration, the `commit_transaction` call alone, and
-//! records per committed transaction.
+//! records per committed transaction, and the starts that found the offsets document ahead of
+//! Kafka.
 //!
 //! Invariant: the `outcome` label is `committed` or `aborted`.
 
@@ -8,7 +9,8 @@ use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, Registry};
 
 use super::families::{counter, histogram, seconds_buckets};
 use super::names::{
-    TRANSACTION_COMMIT_DURATION, TRANSACTION_DURATION, TRANSACTION_RECORDS, TRANSACTIONS,
+    DOCUMENT_AHEAD, TRANSACTION_COMMIT_DURATION, TRANSACTION_DURATION, TRANSACTION_RECORDS,
+    TRANSACTIONS,
 };
 
 /// The families, registered once.
@@ -18,6 +20,7 @@ pub(super) struct Families {
     duration: HistogramVec,
     commit: HistogramVec,
     records: HistogramVec,
+    ahead: IntCounterVec,
 }
 
 impl Families {
@@ -50,6 +53,12 @@ impl Families {
                 &["pipeline"],
                 prometheus::exponential_buckets(1.0, 4.0, 11).expect("valid bucket layout"),
             ),
+            ahead: counter(
+                r,
+                DOCUMENT_AHEAD,
+                "Starts that found the offsets document ahead of Kafka's progress record.",
+                &["pipeline"],
+            ),
         }
     }
 
@@ -60,6 +69,7 @@ impl Families {
             duration: self.duration.with_label_values(&[name]),
             commit: self.commit.with_label_values(&[name]),
             records: self.records.with_label_values(&[name]),
+            document_ahead: self.ahead.with_label_values(&[name]),
         }
     }
 }
@@ -77,4 +87,6 @@ pub struct TransactionMetrics {
     pub commit: Histogram,
     /// Records per committed transaction.
     pub records: Histogram,
+    /// Starts that found the offsets document ahead of Kafka.
+    pub document_ahead: IntCounter,
 }

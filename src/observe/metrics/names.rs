@@ -115,6 +115,10 @@ pub const TRANSACTION_COMMIT_DURATION: &str =
     "mongo_kafka_bridge_transaction_commit_duration_seconds";
 /// Records per committed transaction (the progress record included), by `pipeline`.
 pub const TRANSACTION_RECORDS: &str = "mongo_kafka_bridge_transaction_records";
+/// Starts of an exactly-once pipeline whose offsets document was ahead of Kafka's newest
+/// committed progress record (it resumed from the record and rewound the document), by
+/// `pipeline`.
+pub const DOCUMENT_AHEAD: &str = "mongo_kafka_bridge_offsets_ahead_of_kafka_total";
 
 /// The git commit the binary was built from (`MKB_GIT_SHA` at build time, see `build.rs`), or
 /// `unknown`.
@@ -124,7 +128,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 41] = [
+pub const ALL: [&str; 42] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -166,4 +170,5 @@ pub const ALL: [&str; 41] = [
     TRANSACTION_DURATION,
     TRANSACTION_COMMIT_DURATION,
     TRANSACTION_RECORDS,
+    DOCUMENT_AHEAD,
 ];
