@@ -132,6 +132,12 @@ struct DebeziumArgs {
     /// [pipelines.debezium] topic_prefix.
     #[arg(long)]
     server_id: Option<String>,
+    /// When the offsets hold no single partition of the current form {"server_id": …} (only
+    /// an older Debezium's per replica set, per shard or per task generation ones): resume
+    /// after the oldest of them (by sec/ord) instead of refusing. Nothing is lost; the events
+    /// between it and the newer positions are published again (duplicates).
+    #[arg(long)]
+    use_oldest: bool,
     /// Proceed although a live instance holds the pipeline: it is fenced, and restarts from
     /// the imported position.
     #[arg(long)]
@@ -339,12 +345,12 @@ fn import_debezium(args: DebeziumArgs) -> Option<OffsetsCommand> {
         (None, Some(topic), Some(connector)) => DebeziumOffsets::Topic { topic, connector },
         _ => return None, // clap requires one of them
     };
-    let (name, server_id, force) = (args.name, args.server_id, args.force);
     Some(OffsetsCommand::ImportDebezium(ImportDebezium {
-        name,
+        name: args.name,
         from,
-        server_id,
-        force,
+        server_id: args.server_id,
+        use_oldest: args.use_oldest,
+        force: args.force,
     }))
 }
 

@@ -12,8 +12,10 @@
 //!   `schema.rs`: the schemas-enabled wrappers);
 //! - `source/debezium.rs`: which copied document is a snapshot's last (`source.snapshot =
 //!   "last"`);
-//! - `offsets/debezium.rs`, `kafka/debezium.rs`, `cli/offsets/debezium.rs`: `offsets import
-//!   debezium`, the move from Debezium without a gap (Connect's offsets → the offsets document).
+//! - `offsets/debezium.rs`, `kafka/debezium.rs`, `cli/offsets/debezium.rs` (+
+//!   `cli/offsets/debezium/`: `offset.rs` the entries and their offset, `partitions.rs` which
+//!   partition is taken): `offsets import debezium`, the move from Debezium without a gap
+//!   (Connect's offsets → the offsets document).
 //!
 //! The records:
 //! - topic `<topic_prefix>.<db>.<coll>` (`encode/topics.rs`), or the pipeline's `topic`;

@@ -1,5 +1,5 @@
 //! `offsets import debezium NAME (--offsets FILE | --connect-offsets-topic TOPIC --connector C)
-//! [--server-id ID] [--force]`: the move from Debezium without a gap (README, "Moving from
+//! [--server-id ID] [--use-oldest] [--force]`: the move from Debezium without a gap (README, "Moving from
 //! Debezium"; the feature's pieces are listed in `encode/debezium.rs`). It takes the position
 //! Debezium's MongoDB connector stored in Kafka Connect and writes it as the pipeline's, so the
 //! pipeline starts right after the last event Debezium's offsets cover.
@@ -11,11 +11,13 @@
 //! (`GET /connectors/NAME/offsets`, standalone and distributed) or keeps it in the worker's
 //! offsets topic (distributed) keyed `["<connector>", {partition}]`.
 //!
-//! Invariants: nothing is written unless exactly one offset of the expected server (and
-//! connector) is found, it holds a resume token, it was written after Debezium's snapshot
-//! completed, and the pipeline's change stream opens after that token; every refusal names the
-//! reason and the way forward. The write fences a running owner like `offsets reset`
-//! (`offsets/debezium.rs`).
+//! Invariants: nothing is written unless one offset of the expected server (and connector) is
+//! chosen — its one partition of the current form, or with `--use-oldest` the oldest of the
+//! others (`debezium/partitions.rs`, which prints every partition it did not take) — it holds a
+//! resume token, it was written after Debezium's snapshot completed, and the pipeline's change
+//! stream opens after that token; every refusal names the reason and the way forward, and comes
+//! before any write (the offsets document stays as it was, byte for byte). The write fences a
+//! running owner like `offsets reset` (`offsets/debezium.rs`).
 
 use std::io::Write;
 use std::time::Duration;
@@ -26,11 +28,12 @@ use super::print::print_doc;
 use super::{Command, failed};
 use crate::error::BridgeError;
 use crate::offsets::OffsetsDoc;
-use crate::offsets::debezium::Imported;
 
 mod offset;
+mod partitions;
 
-use offset::{entries_from_rest, entries_from_topic, position};
+use offset::{entries_from_rest, entries_from_topic};
+use partitions::{Choice, choose};
 
 /// Where Debezium's offsets come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +74,9 @@ pub struct ImportDebezium {
     /// The connector's `topic.prefix` (the offsets' `server_id`); default: the pipeline's
     /// `[pipelines.debezium] topic_prefix`.
     pub server_id: Option<String>,
+    /// Without a single partition of the current form, resume after the oldest of the others
+    /// (duplicates, nothing lost) instead of refusing.
+    pub use_oldest: bool,
     /// Proceed although a live instance holds the pipeline (it is fenced).
     pub force: bool,
 }
@@ -105,13 +111,19 @@ impl Command<'_> {
             );
             return Ok(false);
         };
-        let imported = match self.read_position(&import.from, &server_id).await {
-            Ok(imported) => imported,
+        let Choice { imported, notes } = match self
+            .read_position(&import.from, &server_id, import.use_oldest)
+            .await
+        {
+            Ok(choice) => choice,
             Err(reason) => {
                 let _ = writeln!(out, "refused: {reason}");
                 return Ok(false);
             }
         };
+        for note in &notes {
+            let _ = writeln!(out, "{note}");
+        }
         if let Err(reason) = self.resumes(p, &imported.token).await {
             let _ = writeln!(out, "refused: {reason}");
             return Ok(false);
@@ -137,12 +149,14 @@ impl Command<'_> {
         self.after_change(name, done, out).await
     }
 
-    /// The position `from` holds for `server_id`, or why it cannot be imported.
+    /// The position `from` holds for `server_id` (`use_oldest`: see `partitions.rs`), or why
+    /// it cannot be imported.
     async fn read_position(
         &self,
         from: &DebeziumOffsets,
         server_id: &str,
-    ) -> Result<Imported, String> {
+        use_oldest: bool,
+    ) -> Result<Choice, String> {
         let entries = match from {
             DebeziumOffsets::Rest(text) => entries_from_rest(text)?,
             DebeziumOffsets::Topic { topic, connector } => {
@@ -157,7 +171,7 @@ impl Command<'_> {
                 entries_from_topic(&records, connector)?
             }
         };
-        position(&entries, server_id)
+        choose(&entries, server_id, use_oldest)
     }
 
     /// Whether the pipeline's change stream opens after `token` (the server refuses a token of

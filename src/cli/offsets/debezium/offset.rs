@@ -1,7 +1,7 @@
 //! Debezium's stored position as Kafka Connect gives it (`offsets import debezium`; the
 //! feature's pieces are listed in `encode/debezium.rs`): the entries of KIP-875 JSON or of an
-//! offsets topic's records, and the one offset of a server that can be imported, refused with
-//! the reason and the way forward otherwise.
+//! offsets topic's records, and the position the entry chosen (`partitions.rs`) holds, refused
+//! with the reason and the way forward when importing it would leave a gap.
 //!
 //! Debezium's offset (`MongoDbOffsetContext`, 3.x): partition `{"server_id": <topic.prefix>}`,
 //! offset `{"sec", "ord", "resume_token": <base64 of the BSON {_data: …}>, "lsid"?,
@@ -20,9 +20,9 @@ type JsonObject = Map<String, Value>;
 /// One source partition's offset: the connector (when known), partition and offset.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Entry {
-    connector: Option<String>,
-    partition: Map<String, Value>,
-    offset: Map<String, Value>,
+    pub(super) connector: Option<String>,
+    pub(super) partition: Map<String, Value>,
+    pub(super) offset: Map<String, Value>,
 }
 
 fn object(value: Value, what: &str) -> Result<Map<String, Value>, String> {
@@ -113,79 +113,47 @@ pub(super) fn entries_from_topic(
     Ok(entries)
 }
 
-/// The position of `server_id` among `entries`, refused when importing it would not continue
-/// exactly where Debezium stopped.
-pub(super) fn position(entries: &[Entry], server_id: &str) -> Result<Imported, String> {
-    if entries.is_empty() {
-        return Err(
-            "the connector has no offset yet (it never committed a position: \
-                    snapshot.mode never/no_data and no event so far). Let it run until it \
-                    has streamed an event, or start the pipeline without importing (start_at, \
-                    or snapshot = \"initial\")"
-                .to_owned(),
-        );
-    }
-    let ours: Vec<&Entry> = entries
-        .iter()
-        .filter(|e| e.partition.get("server_id") == Some(&Value::String(server_id.to_owned())))
-        .collect();
-    let entry = match ours.as_slice() {
-        [entry] => *entry,
-        [] => {
-            let seen: Vec<String> = entries
-                .iter()
-                .map(|e| Value::Object(e.partition.clone()).to_string())
-                .collect();
-            return Err(format!(
-                "no offset for server_id {server_id:?} (the offsets are for {}): import the \
-                 offsets of the connector whose topic.prefix is {server_id:?}, or pass \
-                 --server-id if the pipeline's topic_prefix differs on purpose",
-                seen.join(", ")
-            ));
-        }
-        _ => {
-            return Err(format!(
-                "{} offsets for server_id {server_id:?}: a Debezium MongoDB connector 2.2 or \
-                 later has one; these were written per replica set by an older one, which \
-                 the bridge cannot resume from. Upgrade Debezium and let it commit once, then \
-                 import again",
-                ours.len()
-            ));
-        }
-    };
-    if entry.partition.len() != 1 {
-        return Err(format!(
-            "partition {} is not a Debezium MongoDB 2.2+ connector's ({{\"server_id\": …}} only)",
-            Value::Object(entry.partition.clone())
-        ));
-    }
+/// The position `entry` (of `server_id`, the one chosen: `partitions.rs`) holds, refused when
+/// importing it would not continue exactly where Debezium stopped. Where it came from
+/// (`importedFrom`) names the partition.
+pub(super) fn imported(entry: &Entry, server_id: &str) -> Result<Imported, String> {
     refuse_incomplete(&entry.offset)?;
     let token = token(&entry.offset)?;
-    let int = |name: &str| entry.offset.get(name).and_then(Value::as_i64);
-    let cluster_time = match (int("sec"), int("ord")) {
-        (Some(sec), Some(ord)) if sec >= 0 && ord >= 0 => Some(Timestamp {
-            time: u32::try_from(sec).unwrap_or(u32::MAX),
-            increment: u32::try_from(ord).unwrap_or(u32::MAX),
-        }),
-        _ => None,
-    };
     let offset = bson::Bson::try_from(Value::Object(entry.offset.clone()))
         .map_err(|e| format!("the offset cannot be recorded: {e}"))?;
+    let partition = bson::Bson::try_from(Value::Object(entry.partition.clone()))
+        .map_err(|e| format!("the partition cannot be recorded: {e}"))?;
     let mut from = doc! { "system": "debezium", "serverId": server_id };
     if let Some(connector) = &entry.connector {
         from.insert("connector", connector);
     }
+    from.insert("partition", partition);
     from.insert("offset", offset);
     from.insert("at", bson::DateTime::now());
     Ok(Imported {
         token,
-        cluster_time,
+        cluster_time: cluster_time(&entry.offset),
         from,
     })
 }
 
+/// The cluster time of the event an offset follows (`sec`, `ord`), when it names one: both
+/// integers from 0 to 2^32 - 1 (Debezium writes `-1` for both before its first streamed event).
+pub(super) fn cluster_time(offset: &Map<String, Value>) -> Option<Timestamp> {
+    let int = |name: &str| {
+        offset
+            .get(name)
+            .and_then(Value::as_i64)
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    Some(Timestamp {
+        time: int("sec")?,
+        increment: int("ord")?,
+    })
+}
+
 /// Refuses an offset written while a snapshot of Debezium's was running.
-fn refuse_incomplete(offset: &Map<String, Value>) -> Result<(), String> {
+pub(super) fn refuse_incomplete(offset: &Map<String, Value>) -> Result<(), String> {
     if offset.get("initsync") == Some(&Value::Bool(true)) {
         return Err(
             "the offset was written while Debezium's initial snapshot was running \
@@ -211,7 +179,7 @@ fn refuse_incomplete(offset: &Map<String, Value>) -> Result<(), String> {
 }
 
 /// The resume token of an offset: `resume_token`, base64 of the BSON `{_data: …}`.
-fn token(offset: &Map<String, Value>) -> Result<Document, String> {
+pub(super) fn token(offset: &Map<String, Value>) -> Result<Document, String> {
     let Some(Value::String(text)) = offset.get("resume_token") else {
         let at = match (offset.get("sec"), offset.get("ord")) {
             (Some(sec), Some(ord)) if sec.as_i64().is_some_and(|s| s > 0) => {

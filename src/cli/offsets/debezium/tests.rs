@@ -1,9 +1,20 @@
 //! Reading Debezium's offsets: the shapes Kafka Connect gives them in (KIP-875 JSON of a
 //! standalone and a distributed worker, the offsets topic's records), as Debezium 3.6.3 wrote
-//! them here (`bench/peers/connect.py offsets`), and every refusal.
+//! them here (`bench/peers/connect.py offsets`), and every refusal; which partition is taken
+//! (`partitions.rs`): the current one beside older ones, the oldest with `--use-oldest`, and
+//! every refusal naming each partition.
 
 use super::offset::*;
+use super::partitions::choose;
+use crate::offsets::debezium::Imported;
 use bson::Timestamp;
+
+mod partitions;
+
+/// The position `text` holds for `server`, without `--use-oldest`.
+fn position(entries: &[Entry], server: &str) -> Result<Imported, String> {
+    choose(entries, server, false).map(|c| c.imported)
+}
 
 /// After streaming, the last event in a transaction (Debezium 3.6.3, standalone).
 const STREAMED: &str = r#"{"offsets": [{"partition": {"server_id": "dbz092117"},
@@ -82,7 +93,11 @@ fn offsets_that_would_leave_a_gap_or_are_anothers_are_refused_with_the_way_forwa
     assert!(reason.contains("no offset for server_id"), "{reason}");
     let per_rs = r#"{"offsets":[{"partition":{"server_id":"a","rs":"rs0"},"offset":{"sec":1,"ord":1,"resume_token":"x"}}]}"#;
     let reason = refused(per_rs, "a");
-    assert!(reason.contains("not a Debezium MongoDB 2.2+"), "{reason}");
+    assert!(
+        reason.contains("none of them in the current form"),
+        "{reason}"
+    );
+    assert!(reason.contains("--use-oldest"), "{reason}");
     let bad_token =
         r#"{"offsets":[{"partition":{"server_id":"a"},"offset":{"resume_token":"!!"}}]}"#;
     assert!(refused(bad_token, "a").contains("not base64"));
