@@ -13,7 +13,8 @@
 //!
 //! Differences that cannot be closed are listed in [`EXCEPTIONS`] and in the README; the test
 //! allows exactly those. `moving.rs`: the move from Debezium (`offsets import debezium`);
-//! `uncaptured.rs`: events Debezium does not capture.
+//! `partitions.rs`: which of Debezium's partitions the import takes; `uncaptured.rs`: events
+//! Debezium does not capture.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use crate::common::mongo::mongo;
 use crate::common::unique;
 
 mod moving;
+mod partitions;
 mod peer;
 mod uncaptured;
 

@@ -75,7 +75,7 @@ async fn writer(
 }
 
 /// Runs `offsets import debezium dbz ARGS` with `config`; its exit code and output.
-fn import(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+pub(super) fn import(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
     let mut all = vec!["offsets", "import", "debezium", "dbz"];
     all.extend_from_slice(args);
     let (code, stdout, stderr) = bridge_cli(&all, config);
