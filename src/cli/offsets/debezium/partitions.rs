@@ -259,14 +259,15 @@ fn oldest<'a>(candidates: &[&'a Entry]) -> Result<&'a Entry, String> {
                 && e.offset.get("resume_token") != oldest.offset.get("resume_token")
         })
         .collect();
-    if !tied.is_empty() {
+    if let (false, Some(at)) = (tied.is_empty(), cluster_time(&oldest.offset)) {
         return Err(format!(
             "--use-oldest: the oldest position is held by several partitions with different \
              resume tokens, and a stream resumed after one of them could skip the others' \
              events at that time:{}{}\nStart at that time instead with offsets reset NAME \
-             --to-timestamp SEC.ORD (its events are published again)",
+             --to-timestamp {} (its events are published again)",
             lines(&[oldest]),
-            lines(&tied)
+            lines(&tied),
+            format_timestamp(at)
         ));
     }
     Ok(oldest)

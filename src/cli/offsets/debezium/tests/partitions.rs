@@ -215,7 +215,7 @@ fn use_oldest_refuses_what_it_cannot_order_or_would_leave_a_gap() {
         tie.contains("several partitions with different resume tokens"),
         "{tie}"
     );
-    assert!(tie.contains("--to-timestamp"), "{tie}");
+    assert!(tie.contains("--to-timestamp 20.1 (its events"), "{tie}");
     let copying = json!({ "sec": 30, "ord": 1, "initsync": true, "resume_token": token("c") });
     let reason = refused(&[(shard("a"), at(20, 1, "a")), (shard("b"), copying)], true);
     assert!(reason.contains("\"rs\":\"b\""), "{reason}");
