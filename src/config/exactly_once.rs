@@ -12,6 +12,10 @@
 //!   `transaction.timeout.ms` leaves room for a commit interval and a commit
 //!   ([`min_transaction_timeout_ms`]).
 //! - `max_transaction_events` is 1–1 000 000.
+//! - librdkafka is at least [`MIN_LIBRDKAFKA`] (1.6.1): before it, `commit_transaction` could
+//!   succeed although messages of the transaction had timed out (librdkafka 1.5.2 and 1.6.1
+//!   changelogs), which would commit a position past records that never reached Kafka. The
+//!   bundled one is 2.12.1; the check guards a build against an older system library.
 
 use rdkafka::ClientConfig;
 
@@ -112,6 +116,22 @@ impl Config {
     }
 }
 
+/// The oldest librdkafka (`rd_kafka_version()`, 0xMMmmrrpp) an exactly-once pipeline runs on.
+pub(crate) const MIN_LIBRDKAFKA: (i32, &str) = (0x0106_01ff, "1.6.1");
+
+/// The running librdkafka against `min`: an error naming both, when it is older.
+fn librdkafka_at_least(running: (i32, &str), min: (i32, &str)) -> Result<(), String> {
+    if running.0 >= min.0 {
+        return Ok(());
+    }
+    Err(format!(
+        "librdkafka {} is older than {}, the first whose commit_transaction fails when a \
+         message of the transaction timed out; build with the bundled librdkafka (rdkafka's \
+         default features) or a system librdkafka {} or later",
+        running.1, min.1, min.1
+    ))
+}
+
 /// Checks the exactly-once settings; see the module's invariants.
 pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
     if let Some(prefix) = &config.kafka.transactional_id_prefix
@@ -137,6 +157,18 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
         .any(|p| p.delivery == Delivery::ExactlyOnce)
     {
         return Ok(());
+    }
+    let (version, text) = rdkafka::util::get_rdkafka_version();
+    if let Err(reason) = librdkafka_at_least((version, &text), MIN_LIBRDKAFKA) {
+        let i = config
+            .pipelines
+            .iter()
+            .position(|p| p.delivery == Delivery::ExactlyOnce)
+            .unwrap_or(0);
+        return Err(BridgeError::config(
+            format!("pipelines[{i}].delivery"),
+            reason,
+        ));
     }
     let transaction = transaction_timeout_ms(config);
     property_u64(config, "transaction.timeout.ms")?;
@@ -168,6 +200,20 @@ pub(super) fn validate(config: &Config) -> Result<(), BridgeError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_older_librdkafka_is_refused_naming_both_versions() {
+        let min = super::MIN_LIBRDKAFKA;
+        assert!(super::librdkafka_at_least((0x020c_01ff, "2.12.1"), min).is_ok());
+        assert!(super::librdkafka_at_least((0x0106_01ff, "1.6.1"), min).is_ok());
+        let refused = super::librdkafka_at_least((0x0105_03ff, "1.5.3"), min).unwrap_err();
+        assert!(
+            refused.contains("1.5.3") && refused.contains("1.6.1"),
+            "{refused}"
+        );
+        let (running, _) = rdkafka::util::get_rdkafka_version();
+        assert!(running >= min.0, "the bundled librdkafka passes");
+    }
+
     use super::*;
 
     fn parse(kafka: &str, pipeline: &str) -> Result<Config, BridgeError> {

@@ -31,7 +31,7 @@ const RATE: u32 = 200;
 const DOWN: Duration = Duration::from_secs(10);
 
 /// Creates `topic` with `partitions` partitions, each on `replicas` brokers.
-async fn create_replicated(bootstrap: &str, topic: &str, partitions: i32, replicas: i32) {
+pub async fn create_replicated(bootstrap: &str, topic: &str, partitions: i32, replicas: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
@@ -50,7 +50,7 @@ async fn create_replicated(bootstrap: &str, topic: &str, partitions: i32, replic
 }
 
 /// The node id of the leader of `partition` of `topic` (waits until it has one).
-fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> i32 {
+pub fn leader_of(bootstrap: &str, topic: &str, partition: i32) -> i32 {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()

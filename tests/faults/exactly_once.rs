@@ -13,6 +13,9 @@
 //!   open transaction aborted and invisible.
 //! - `eosreset`: `offsets reset --to-now` and `--delete` while stopped are honoured on the next
 //!   start, although the progress topic holds an older position.
+//! - `eosahead`: an offsets document ahead of Kafka's newest committed progress record (a
+//!   commit that never became visible) is never trusted: the next start resumes from the
+//!   record, exactly once, and says so.
 //! - `eostimeout` (Apache Kafka only): the bridge paused past `transaction.timeout.ms`, so the
 //!   coordinator aborts its transaction: it recovers on its own, exactly once.
 //!
@@ -37,6 +40,7 @@
 //! from the third commit's offset has nothing). Only a read from offset 0 is correct; a
 //! long-lived `read_committed` consumer would report losses that are not there.
 
+mod ahead;
 pub mod checks;
 pub mod evidence;
 mod fence;
@@ -81,6 +85,13 @@ pub async fn run(suite: &mut Suite, ctx: &Ctx) {
             "eosreset",
             "exactly once: offsets reset",
             reset::offsets_reset(ctx),
+        )
+        .await;
+    suite
+        .run(
+            "eosahead",
+            "exactly once: offsets document ahead of Kafka",
+            ahead::document_ahead(ctx),
         )
         .await;
     if crate::suite::default_broker() == "kafka" {

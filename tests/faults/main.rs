@@ -24,8 +24,11 @@
 //!   `/readyz` names the pipeline during the freeze.
 //! - `MKB_FAULTS_ONLY=<names,…>` runs a subset of kill9, kafka, mock, mongo, fence, secrets,
 //!   leader, security, group, groupstop, groupcfg, groupsnap, groupfull, groupreuse, kubelet,
-//!   snapfreeze, eos, eostxn, eosfreeze, eosfence, eosreset, eostimeout, config, fuzz;
-//!   `MKB_FAULTS_SEED=N` fixes the
+//!   snapfreeze, eos, eostxn, eosfreeze, eosfence, eosreset, eosahead, eostimeout, stall,
+//!   stallcoord,
+//!   config, fuzz;
+//!   `MKB_FAULTS_REPEAT=N` runs the server scenarios N times in a row and prints each one's
+//!   pass count and recovery times; `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
 //! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
 //!   the table of results is printed at the end either way.
@@ -196,6 +199,15 @@ async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
             stalls::stalls(ctx),
         )
         .await;
+    if suite::default_broker() == "kafka" {
+        suite
+            .run(
+                "stallcoord",
+                "exactly once: transaction coordinator killed",
+                stalls::coordinator_killed(ctx),
+            )
+            .await;
+    }
 }
 
 /// `MKB_FAULTS_SEED`, else the clock's nanoseconds.
@@ -251,7 +263,19 @@ async fn fault_suite() {
         })
         .await;
     if managed {
-        server_scenarios(&mut suite, &ctx).await;
+        let rounds = suite::repeat();
+        for round in 1..=rounds {
+            if rounds > 1 {
+                say!("round {round} of {rounds} (MKB_FAULTS_REPEAT)");
+            }
+            server_scenarios(&mut suite, &ctx).await;
+        }
+        if rounds > 1 {
+            eprintln!(
+                "\npass counts over {rounds} rounds:\n\n{}",
+                suite::tally(&suite.rows)
+            );
+        }
     } else {
         say!(
             "skipped the server scenarios (kill -9, outages, fencing, secrets): servers are \

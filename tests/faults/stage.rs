@@ -41,8 +41,21 @@ impl Stage {
         keys: u32,
         edit: impl FnOnce(&mut Cfg),
     ) -> Self {
+        Self::up_on(ctx, scenario, &[], db, keys, edit).await
+    }
+
+    /// [`Stage::up`] on servers started with `extra` (`scripts/services up` arguments, e.g.
+    /// `--brokers 3`).
+    pub async fn up_on(
+        ctx: &Ctx,
+        scenario: &str,
+        extra: &[&str],
+        db: &str,
+        keys: u32,
+        edit: impl FnOnce(&mut Cfg),
+    ) -> Self {
         let started = Instant::now();
-        let inst = ctx.up(scenario, &[]);
+        let inst = ctx.up(scenario, extra);
         let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, db);
         edit(&mut cfg);
         create_topic_at(&inst.kafka, &cfg.topic(), 3, &[]).await;

@@ -18,6 +18,10 @@
 //! fresh `read_committed` read and the same records to a long-lived `read_committed` consumer.
 //! A recovery over [`STUCK`] fails the scenario: a wedged pipeline, whatever the figures.
 
+mod coordinator;
+
+pub use coordinator::coordinator_killed;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -86,12 +90,12 @@ fn faults(exactly_once: bool, long: bool) -> Vec<Fault> {
 pub async fn stalls(ctx: &Ctx) -> Vec<Row> {
     let mut rows = Vec::new();
     for exactly_once in [false, true] {
-        rows.push(one_delivery(ctx, exactly_once).await);
+        rows.extend(one_delivery(ctx, exactly_once).await);
     }
     rows
 }
 
-async fn one_delivery(ctx: &Ctx, exactly_once: bool) -> Row {
+async fn one_delivery(ctx: &Ctx, exactly_once: bool) -> Vec<Row> {
     let (scenario, delivery) = if exactly_once {
         ("stalleos", "exactly once")
     } else {
@@ -108,17 +112,18 @@ async fn one_delivery(ctx: &Ctx, exactly_once: bool) -> Row {
     let (mut first, _) = stage.start(&format!("{scenario}-first.log")).await;
     first.stop(Duration::from_secs(30));
     let load = start_load(stage.coll.clone(), RATE, 20, 0);
-    let mut row = Row::new(&format!("Kafka stalls, {delivery}"));
-    let mut notes = Vec::new();
-    let mut worst: f64 = 0.0;
+    let mut row = Row::new(&format!("Kafka stalls, {delivery}: every write"));
+    let mut rows = Vec::new();
     for (i, fault) in faults(exactly_once, ctx.long).into_iter().enumerate() {
-        let recovered = one_fault(ctx, &stage, fault, i, &mut row).await;
+        let started = Instant::now();
+        let mut fault_row = Row::new(&format!("Kafka stall, {delivery}: {}", fault.label()));
+        let recovered = one_fault(ctx, &stage, fault, i, &mut fault_row).await;
         say!(
             "stall ({delivery}): {}: committing again {recovered:.1} s after the broker answered",
             fault.label()
         );
-        notes.push(format!("{} {recovered:.1} s", fault.label()));
-        worst = worst.max(recovered);
+        fault_row.finish("1", Some(recovered), started);
+        rows.push(fault_row);
     }
     let (acked, errors) = load.stop().await;
     let truth = Truth::read(&stage.coll).await;
@@ -150,8 +155,9 @@ async fn one_delivery(ctx: &Ctx, exactly_once: bool) -> Row {
         v.duplicates
     );
     let mut row = row.with_verdict(&v);
-    row.finish(notes.join(", "), Some(worst), stage.started);
-    row
+    row.finish(format!("{} faults", rows.len()), None, stage.started);
+    rows.push(row);
+    rows
 }
 
 /// Waits (180 s) until every event of `truth` is on `topic`.

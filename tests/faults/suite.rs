@@ -18,6 +18,41 @@ pub fn long_form() -> bool {
     std::env::var("MKB_FAULTS_LONG").ok().as_deref() == Some("1")
 }
 
+/// `MKB_FAULTS_REPEAT=N`: the server scenarios run N times in a row (default 1), and the
+/// suite ends with each scenario's pass count ([`tally`]).
+pub fn repeat() -> usize {
+    std::env::var("MKB_FAULTS_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
+/// Each scenario's passes of its runs, and its recovery times (min/median/max, s), as a
+/// Markdown table.
+pub fn tally(rows: &[Row]) -> String {
+    let mut by: std::collections::BTreeMap<&str, (usize, usize, Vec<f64>)> = Default::default();
+    for r in rows {
+        let e = by.entry(&r.scenario).or_default();
+        e.1 += 1;
+        if r.problems.is_empty() && !r.outcome.contains("FAIL") {
+            e.0 += 1;
+        }
+        e.2.extend(r.recovery_s);
+    }
+    let mut out =
+        String::from("| scenario | passed | recovery min / median / max (s) |\n|---|---|---|\n");
+    for (scenario, (passed, runs, mut rec)) in by {
+        rec.sort_by(f64::total_cmp);
+        let figures = match (rec.first(), rec.get(rec.len() / 2), rec.last()) {
+            (Some(a), Some(m), Some(b)) => format!("{a:.1} / {m:.1} / {b:.1}"),
+            _ => "–".to_owned(),
+        };
+        out.push_str(&format!("| {scenario} | {passed}/{runs} | {figures} |\n"));
+    }
+    out
+}
+
 /// Prints a progress line (visible with `--nocapture`).
 #[macro_export]
 macro_rules! say {
