@@ -221,19 +221,36 @@ impl OffsetsStore {
         record: &ProgressRecord,
         offset: i64,
     ) -> Result<(), BridgeError> {
-        let (mut set, unset) = record.forward_fields();
+        self.update(epoch, record.update(offset, "$max")).await
+    }
+}
+
+impl ProgressRecord {
+    /// The update that gives an offsets document this record's position, found at `offset` of
+    /// the progress topic: its fields `$set`, its `commitSequence` and `eventsCommitted` by
+    /// `sequence_op` (`$max` to bring a document forward, which only raises them; `$set` to
+    /// rewind one that claims more than Kafka committed).
+    pub(crate) fn update(&self, offset: i64, sequence_op: &str) -> Document {
+        let (mut set, unset) = self.forward_fields();
         set.insert(fields::PROGRESS_OFFSET, offset);
         set.insert(fields::DELIVERY, "exactly_once");
-        let mut max = doc! { fields::COMMIT_SEQUENCE: record.sequences.commit };
-        if let Ok(events) = record.doc.get_i64(fields::EVENTS_COMMITTED) {
+        let mut sequences = doc! { fields::COMMIT_SEQUENCE: self.sequences.commit };
+        if let Ok(events) = self.doc.get_i64(fields::EVENTS_COMMITTED) {
             // The count as of the record's transaction (records before it have none).
-            max.insert(fields::EVENTS_COMMITTED, events);
+            sequences.insert(fields::EVENTS_COMMITTED, events);
         }
-        let mut update = doc! { "$set": set, "$max": max };
+        let mut update = doc! { "$set": set };
+        if sequence_op == "$set" {
+            if let Some(Bson::Document(set)) = update.get_mut("$set") {
+                set.extend(sequences);
+            }
+        } else {
+            update.insert(sequence_op, sequences);
+        }
         if !unset.is_empty() {
             update.insert("$unset", unset);
         }
-        self.update(epoch, update).await
+        update
     }
 }
 

@@ -24,8 +24,6 @@
 //! alone (`relay/exactly_once/positions.rs`). So every document the bridge wrote with
 //! `delivery = "exactly_once"` has a committed record of its sequence, holding its token.
 
-use bson::doc;
-
 use super::{ProgressRecord, Sequences, newer};
 use crate::error::BridgeError;
 use crate::offsets::store::OffsetsStore;
@@ -83,24 +81,13 @@ impl OffsetsStore {
         record: &ProgressRecord,
         offset: i64,
     ) -> Result<(), BridgeError> {
-        let (mut set, unset) = record.forward_fields();
-        set.insert(fields::PROGRESS_OFFSET, offset);
-        set.insert(fields::DELIVERY, "exactly_once");
-        set.insert(fields::COMMIT_SEQUENCE, record.sequences.commit);
-        if let Ok(events) = record.doc.get_i64(fields::EVENTS_COMMITTED) {
-            set.insert(fields::EVENTS_COMMITTED, events);
-        }
-        let mut update = doc! { "$set": set };
-        if !unset.is_empty() {
-            update.insert("$unset", unset);
-        }
-        self.update(epoch, update).await
+        self.update(epoch, record.update(offset, "$set")).await
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use bson::Document;
+    use bson::{Document, doc};
 
     use super::*;
 
@@ -141,6 +128,23 @@ mod tests {
         // Only the sequence raised.
         let d = document(0, 301, "A", "exactly_once");
         assert_eq!(standing(&d, &record(0, 300, "A")), Standing::DocumentAhead);
+    }
+
+    #[test]
+    fn a_rewind_lowers_the_sequence_a_bring_forward_only_raises() {
+        let mut r = record(0, 300, "A");
+        r.doc.insert(fields::EVENTS_COMMITTED, 300_i64);
+        let rewind = r.update(7, "$set");
+        let set = rewind.get_document("$set").expect("$set");
+        assert_eq!(set.get_i64(fields::COMMIT_SEQUENCE), Ok(300));
+        assert_eq!(set.get_i64(fields::EVENTS_COMMITTED), Ok(300));
+        assert_eq!(set.get_i64(fields::PROGRESS_OFFSET), Ok(7));
+        assert!(!rewind.contains_key("$max"));
+        let forward = r.update(7, "$max");
+        let max = forward.get_document("$max").expect("$max");
+        assert_eq!(max.get_i64(fields::COMMIT_SEQUENCE), Ok(300));
+        let set = forward.get_document("$set").expect("$set");
+        assert!(!set.contains_key(fields::COMMIT_SEQUENCE));
     }
 
     #[test]
