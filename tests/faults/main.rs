@@ -265,10 +265,21 @@ async fn fault_suite() {
     if managed {
         let rounds = suite::repeat();
         for round in 1..=rounds {
-            if rounds > 1 {
-                say!("round {round} of {rounds} (MKB_FAULTS_REPEAT)");
+            if rounds == 1 {
+                server_scenarios(&mut suite, &ctx).await;
+                continue;
             }
-            server_scenarios(&mut suite, &ctx).await;
+            // Each round's configurations and logs in a directory of its own.
+            let dir = dir.join(format!("round-{round}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            say!("round {round} of {rounds} (MKB_FAULTS_REPEAT), logs in {}", dir.display());
+            let round_ctx = Ctx {
+                script: ctx.script.clone(),
+                long,
+                dir,
+                seed: seed.wrapping_add(round as u64),
+            };
+            server_scenarios(&mut suite, &round_ctx).await;
         }
         if rounds > 1 {
             eprintln!(
