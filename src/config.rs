@@ -7,7 +7,8 @@
 //! - `kafka`: what the bridge knows of librdkafka's properties (the one place that names
 //!   them, with `group` and `exactly_once`);
 //! - [`names`]: the names of the bridge's own topics and collections;
-//! - `pipelines.rs`: `[[pipelines]]`; `values.rs`: the value types.
+//! - `pipelines.rs`: `[[pipelines]]`; `values.rs`: the value types; `images.rs`: how a pipeline
+//!   gets its pre-images (and their rule).
 //!
 //! Invariants:
 //! - A [`Config`] that exists has passed [`Config::validate`]: every error names the TOML path of
@@ -24,6 +25,7 @@ use serde::Deserialize;
 pub(crate) mod debezium;
 pub(crate) mod exactly_once;
 pub(crate) mod group;
+pub(crate) mod images;
 pub(crate) mod kafka;
 mod load;
 pub mod names;
@@ -40,6 +42,7 @@ pub use values::{
 };
 
 pub use debezium::DebeziumSettings;
+pub use images::PreImages;
 pub use kafka::InFlightBounds;
 use names::OffsetsLocation;
 pub use pipelines::PipelineConfig;

@@ -4,12 +4,11 @@
 //!   ([`BridgeError::class`]). The only place that inspects error codes.
 //! - `report`: one-line descriptions of errors for logs, with secrets redacted; the bounded
 //!   metric label ([`BridgeError::kind`]) and the operator's remedy ([`BridgeError::remedy`]).
-//! - [`encode`], [`split`]: the errors of one change event (it cannot be encoded, its fragments
-//!   do not form one event), and [`snapshot`]: a copy that would finish short; defined here so
-//!   that [`BridgeError`] can carry them.
+//! - [`encode`], [`split`], [`images`]: the errors of one change event (it cannot be encoded,
+//!   its fragments do not form one event, it lacks its required pre-image), and [`snapshot`]: a
+//!   copy that would finish short; defined here so that [`BridgeError`] can carry them.
 //!
-//! What a pipeline *does* after a failure is decided next to the lifecycle that applies it
-//! (`pipeline/policy.rs`).
+//! What a pipeline *does* after a failure is decided beside its lifecycle (`pipeline/policy.rs`).
 //!
 //! Invariants:
 //! - MongoDB server errors are classified by error code and error label, never by message text
@@ -23,13 +22,14 @@ use rdkafka::error::KafkaError;
 
 mod classify;
 pub mod encode;
+pub mod images;
 mod report;
 pub mod snapshot;
 pub mod split;
 
 pub(crate) use classify::{
-    CODE_DUPLICATE_KEY, CODE_UNAUTHORIZED, CODE_UNKNOWN_STAGE, is_auth_failure, is_history_lost,
-    is_oversize, is_server_selection, mongo_code,
+    CODE_DUPLICATE_KEY, CODE_NO_MATCHING_DOCUMENT, CODE_UNAUTHORIZED, CODE_UNKNOWN_STAGE,
+    is_auth_failure, is_history_lost, is_oversize, is_server_selection, mongo_code,
 };
 pub(crate) use report::describe_mongo;
 pub use report::{KINDS, redact, report};
@@ -143,6 +143,9 @@ pub enum BridgeError {
         #[source]
         source: encode::EncodeError,
     },
+    /// A captured event lacks the pre-image `required` asks for (a database or deployment scope).
+    #[error(transparent)]
+    MissingPreImage(Box<images::MissingPreImage>),
     /// The fragments of a split event (`$changeStreamSplitLargeEvent`) do not form one event.
     #[error("a split change event could not be reassembled on pipeline {pipeline:?}")]
     SplitEvent {

@@ -3,7 +3,8 @@
 //!
 //! - `stream`: the change stream's options and stages, opening it, resume tokens;
 //! - `reader`: the source → relay channel (items and their byte budget) and the reader of
-//!   `getMore` replies;
+//!   `getMore` replies; `images`: its check of the pre-images `required` asks for at a
+//!   database or deployment scope;
 //! - [`split`]: reassembling `$changeStreamSplitLargeEvent` fragments;
 //! - `snapshot`: the source task, which streams and, while a snapshot runs, copies
 //!   (`copying.rs`: one running snapshot's copies) in the order `snapshot/sequence.rs` proves;
@@ -14,6 +15,7 @@
 
 pub(crate) mod copying;
 mod debezium;
+mod images;
 pub(crate) mod reader;
 pub(crate) mod snapshot;
 pub mod split;

@@ -1,7 +1,7 @@
 //! Validation rules for [`Config`]: the sections' and each pipeline's; the
-//! rules of `[kafka.properties]`, of a group, of exactly-once, of a snapshot and of the
-//! Debezium form are in `kafka.rs`, `group.rs`, `exactly_once.rs`, `snapshot.rs` and
-//! `debezium.rs` beside this one, called from here.
+//! rules of `[kafka.properties]`, of a group, of exactly-once, of a snapshot, of the
+//! Debezium form and of pre-images are in `kafka.rs`, `group.rs`, `exactly_once.rs`,
+//! `snapshot.rs`, `debezium.rs` and `images.rs` beside this one, called from here.
 //!
 //! Each rule returns a [`BridgeError::Config`] whose `field` is the TOML path and whose `reason`
 //! says what to write instead. Rules that protect the delivery guarantees follow librdkafka's
@@ -326,6 +326,7 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
     }
     super::snapshot::snapshot_rules(p, at)?;
     super::debezium::rules(p, at)?;
+    super::images::rules(p, at)?;
     let dead_letters = [
         ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
         ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),

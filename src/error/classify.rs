@@ -24,6 +24,9 @@ pub(crate) const CODE_UNKNOWN_STAGE: i32 = 40324;
 pub(crate) const CODE_UNAUTHORIZED: i32 = 13;
 /// `AuthenticationFailed`.
 const CODE_AUTHENTICATION_FAILED: i32 = 18;
+/// `NoMatchingDocument`: in a change stream, a `required` pre- or post-image the server does not
+/// have (fatal, as every code off the lists below).
+pub(crate) const CODE_NO_MATCHING_DOCUMENT: i32 = 47;
 
 /// Server error codes that a restart from the committed token can outlive: the change streams
 /// spec's resumable codes (for servers without error labels), retryable-write codes, and
@@ -202,7 +205,8 @@ impl BridgeError {
     /// producer is built on restart). Persistent: unknown topics, a replica-set name mismatch,
     /// driver failures that are neither network nor configuration, panics. Fatal:
     /// configuration, authentication and authorization, invalid pipeline stages, history lost,
-    /// fencing, records Kafka rejects permanently (size, authorization).
+    /// fencing, records Kafka rejects permanently (size, authorization), a missing required
+    /// pre-image (the server's `NoMatchingDocument` 47, or the bridge's [`Self::MissingPreImage`]).
     pub fn class(&self) -> ErrorClass {
         match self {
             Self::Config { .. }
@@ -217,6 +221,7 @@ impl BridgeError {
             | Self::CopyCheck(_)
             | Self::TransactionTooLong { .. }
             | Self::KafkaAuthentication { .. }
+            | Self::MissingPreImage(_)
             | Self::Oversize { .. } => ErrorClass::Fatal,
             Self::ReplicaSetMismatch { .. } | Self::TaskPanicked { .. } => ErrorClass::Persistent,
             Self::DeliveryCancelled { .. }

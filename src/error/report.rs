@@ -148,7 +148,9 @@ impl BridgeError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Config { .. } => "config",
-            Self::Source { .. } => "source",
+            // The server's own `required` failure is a `Source` error: the bridge's is counted
+            // as the same kind.
+            Self::Source { .. } | Self::MissingPreImage(_) => "source",
             Self::Copy { .. } => "snapshot",
             Self::SnapshotFilterChanged { .. } => "snapshot_filter",
             Self::CopyCheck(_) => "snapshot_check",
@@ -211,6 +213,13 @@ impl BridgeError {
                 "this is a bug of the bridge: please report it with the log lines above"
             }
             (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
+            (Self::MissingPreImage(_), _) => super::images::REMEDY,
+            _ if self.mongo_source().is_some_and(|e| {
+                super::mongo_code(e) == Some(super::CODE_NO_MATCHING_DOCUMENT)
+            }) =>
+            {
+                super::images::REMEDY
+            }
             _ if self.mongo_source().is_some_and(super::is_auth_failure) => {
                 "check the user, password and authSource (authMechanism) in mongodb.uri; \
                  `check` tests the login"
@@ -289,6 +298,10 @@ mod tests {
         };
         assert!(checkpoint.remedy().contains("privileges"));
         assert!(source(40324).remedy().starts_with("see the error above"));
+        // The server's `required` pre-/post-image failure (NoMatchingDocument) names its fixes.
+        let images = source(47).remedy();
+        assert!(images.contains("changeStreamPreAndPostImages"), "{images}");
+        assert!(images.contains("expireAfterSeconds"), "{images}");
     }
 
     #[test]

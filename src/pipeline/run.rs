@@ -180,7 +180,7 @@ fn spawn_source(
         offsets: ctx.config.mongodb.offsets(),
         metrics: ctx.metrics.clone(),
     };
-    let reader = StreamReader::new(&p.name, stream);
+    let reader = StreamReader::new(p, stream);
     stage::spawn(
         &p.name,
         "source",

@@ -14,6 +14,8 @@
 //!   elsewhere; no watermark is sent while a split event is partly read.
 //! - A closed stream (after an `invalidate`, read or filtered out) first sends its last token
 //!   as a watermark when it moved, then ends with `StreamClosed`.
+//! - A pipeline that enforces `required` pre-images fails on a whole event without its
+//!   pre-image before sending it (`images.rs`): nothing at or after it is committed.
 
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::split::Reassembler;
 use super::stream::{RawStream, current_token};
+use crate::config::{PipelineConfig, PreImages};
 use crate::error::BridgeError;
 use crate::event::{SourceItem, timestamp_now};
 use crate::observe::health::PipelineHealth;
@@ -94,16 +97,19 @@ pub(crate) struct StreamReader {
     stream: RawStream,
     split: Reassembler,
     last_watermark: Option<RawDocumentBuf>,
+    /// Whether each event's pre-image is checked ([`PreImages::Enforced`]).
+    check_pre_images: bool,
 }
 
 impl StreamReader {
-    /// A reader of `stream` for `pipeline`.
-    pub(crate) fn new(pipeline: &str, stream: RawStream) -> Self {
+    /// A reader of `stream` for `p`.
+    pub(crate) fn new(p: &PipelineConfig, stream: RawStream) -> Self {
         Self {
-            pipeline: pipeline.to_owned(),
+            pipeline: p.name.clone(),
             stream,
             split: Reassembler::default(),
             last_watermark: None,
+            check_pre_images: p.pre_images() == PreImages::Enforced,
         }
     }
 
@@ -117,7 +123,12 @@ impl StreamReader {
         let next = self.stream.next_if_any().await;
         let item = match next {
             Ok(Some(raw)) => match self.split.push(raw) {
-                Ok(Some(raw)) => SourceItem::Event { raw, permit: None },
+                Ok(Some(raw)) => {
+                    if self.check_pre_images {
+                        super::images::check(&self.pipeline, &raw)?;
+                    }
+                    SourceItem::Event { raw, permit: None }
+                }
                 Ok(None) => return Ok(None),
                 Err(source) => {
                     return Err(BridgeError::SplitEvent {

@@ -9,6 +9,10 @@
 //! - No stream publishes the bridge's own offsets collection: a database or deployment scope
 //!   that covers it filters its events out on the server, before the user's stages
 //!   ([`stages`]); otherwise every commit would become an event, published, committed, forever.
+//! - `full_document_before_change = "required"` reaches the server only from a collection
+//!   scope; a wider one asks for `whenAvailable` and its reader checks the captured events
+//!   (`config/images.rs`): the server could otherwise fail the stream on an event the filter
+//!   drops, such as an update of the offsets collection itself.
 //! - A stored token the driver cannot take, or a token the driver reports that cannot be read
 //!   back, is an error, never a silent start elsewhere.
 
@@ -21,7 +25,7 @@ use mongodb::change_stream::event::ResumeToken;
 use mongodb::options::{ChangeStreamOptions, FullDocumentBeforeChangeType, FullDocumentType};
 
 use crate::config::names::OffsetsLocation;
-use crate::config::{FullDocument, FullDocumentBeforeChange, PipelineConfig};
+use crate::config::{FullDocument, PipelineConfig, PreImages};
 use crate::error::encode::EncodeError;
 use crate::error::{CODE_UNKNOWN_STAGE, mongo_code};
 use crate::source::split::SPLIT_STAGE;
@@ -111,12 +115,14 @@ fn options(p: &PipelineConfig, start: &Start, max_await: Duration) -> ChangeStre
         FullDocument::WhenAvailable => Some(FullDocumentType::WhenAvailable),
         FullDocument::Required => Some(FullDocumentType::Required),
     };
-    let before = match p.full_document_before_change {
-        FullDocumentBeforeChange::Off => None,
-        FullDocumentBeforeChange::WhenAvailable => {
+    // A database or deployment scope asks for `whenAvailable` and checks `required` itself on
+    // the events it captures (`config/images.rs`, `source/images.rs`).
+    let before = match p.pre_images() {
+        PreImages::Off => None,
+        PreImages::WhenAvailable | PreImages::Enforced => {
             Some(FullDocumentBeforeChangeType::WhenAvailable)
         }
-        FullDocumentBeforeChange::Required => Some(FullDocumentBeforeChangeType::Required),
+        PreImages::Required => Some(FullDocumentBeforeChangeType::Required),
     };
     let mut options = ChangeStreamOptions::default();
     options.full_document = full_document;
@@ -245,6 +251,22 @@ mod tests {
             pipeline: p,
             offsets,
             max_await: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn only_a_collection_scope_asks_the_server_for_required_pre_images() {
+        let asked = |scope: &str| {
+            let body = format!("{scope}full_document_before_change = \"required\"\n");
+            let p = PipelineConfig::for_test(&body);
+            let asked = options(&p, &Start::Now, Duration::from_secs(1));
+            format!("{:?}", asked.full_document_before_change)
+        };
+        let coll = asked("database = \"shop\"\ncollection = \"orders\"\n");
+        assert_eq!(coll, "Some(Required)");
+        for wider in ["database = \"shop\"\n", ""] {
+            let asked = asked(wider);
+            assert_eq!(asked, "Some(WhenAvailable)", "{wider}");
         }
     }
 
