@@ -7,8 +7,8 @@
 //! - `kafka`: what the bridge knows of librdkafka's properties (the one place that names
 //!   them, with `group` and `exactly_once`);
 //! - [`names`]: the names of the bridge's own topics and collections;
-//! - `pipelines.rs`: `[[pipelines]]`; `values.rs`: the value types; `images.rs`: how a pipeline
-//!   gets its pre-images (and their rule).
+//! - `pipelines.rs`: `[[pipelines]]`; `values.rs`: the value types; `captured.rs`: which
+//!   namespaces a pipeline captures; `images.rs`: how it gets its pre-images (and their rule).
 //!
 //! Invariants:
 //! - A [`Config`] that exists has passed [`Config::validate`]: every error names the TOML path of
@@ -22,6 +22,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
+pub mod captured;
 pub(crate) mod debezium;
 pub(crate) mod exactly_once;
 pub(crate) mod group;

@@ -12,8 +12,9 @@
 //! - A database or deployment scope watches more than its filter captures (and the bridge's own
 //!   offsets collection when it covers it), and a server may apply `required` to every event of
 //!   the scope before any `$match` runs: SecantusDB does; mongod moves a `$match` it can ahead
-//!   of the lookup (its test `jstests/change_streams/change_stream_pre_image_lookup_whole_db_whole_cluster.js`),
-//!   which its manual does not promise. So such a scope asks for `whenAvailable`, and the
+//!   of the lookup (its test `jstests/change_streams/`
+//!   `change_stream_pre_image_lookup_whole_db_whole_cluster.js`), which its manual does not
+//!   promise. So such a scope asks for `whenAvailable`, and the
 //!   bridge fails a captured event whose pre-image is missing ([`PreImages::Enforced`],
 //!   `source/images.rs`): an uncaptured collection can never stop the stream, and a captured
 //!   one without its pre-image always does.

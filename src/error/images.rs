@@ -24,8 +24,9 @@ pub(crate) const REMEDY: &str = "enable pre- and post-images on the collection t
     "pipeline {pipeline:?} stopped before the {operation} event of {namespace} at clusterTime \
      {cluster_time} (nothing was skipped): it has no pre-image (fullDocumentBeforeChange is \
      null), and full_document_before_change = \"required\". Pre-images are not enabled on \
-     {namespace} ({enable} enables them for later writes), or they expired before the bridge read the event \
-     (changeStreamOptions.preAndPostImages.expireAfterSeconds too short for the pipeline's lag)"
+     {namespace} ({enable} enables them for later writes), or they expired before the bridge \
+     read the event (changeStreamOptions.preAndPostImages.expireAfterSeconds too short for the \
+     pipeline's lag)"
 )]
 pub struct MissingPreImage {
     /// Pipeline name.

@@ -222,7 +222,13 @@ async fn the_preflight_checks_privileges_oplog_offsets_images_and_sizes() {
     };
     assert!(has("✔", "writable with write concern majority"), "{out}");
     assert!(has("✘", "is below the minimum 168h00m. Remedy"), "{out}");
-    assert!(has("✘", "images are `required` but not enabled"), "{out}");
+    assert!(
+        has(
+            "✘",
+            "images are `required` (full_document_before_change) but not enabled"
+        ),
+        "{out}"
+    );
     assert!(
         has("✘", "pipeline broken: offsets document is invalid"),
         "{out}"

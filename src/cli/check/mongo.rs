@@ -1,5 +1,5 @@
-//! The MongoDB half of `check`: deployment, privileges, change streams, images, oplog window,
-//! offsets documents and the largest documents of each watched collection.
+//! The MongoDB half of `check`: deployment, privileges, change streams, images (`images.rs`),
+//! oplog window, offsets documents and the largest documents of each watched collection.
 
 use std::time::Duration;
 
@@ -83,9 +83,7 @@ pub(super) async fn check(
                 p.name
             )));
         }
-        if let Some(l) = state::images_line(&client, p).await {
-            lines.push(l);
-        }
+        lines.extend(super::images::lines(&client, config, p, &secrets).await);
         lines.extend(state::offsets_lines(&client, config, p, bounds.as_ref().ok()).await);
         largest.extend(state::largest_documents(&client, config, p).await);
     }

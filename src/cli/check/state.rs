@@ -1,5 +1,5 @@
-//! Per-pipeline state checks of `check`: pre-/post-images, the offsets document, and the largest
-//! document of each watched collection.
+//! Per-pipeline state checks of `check`: the offsets document, and the largest document of each
+//! watched collection (pre-/post-images are `images.rs`'s).
 
 use bson::{Bson, DateTime, Document, doc};
 use mongodb::Client;
@@ -15,87 +15,6 @@ use crate::offsets::{OffsetsDoc, StreamIdentity};
 /// Collections of a database- or deployment-scoped pipeline whose sizes (and topics) are
 /// checked, at most.
 const MAX_COLLECTIONS: usize = 20;
-
-/// Pre-/post-images: only when the pipeline asks for them and watches one collection.
-pub(super) async fn images_line(client: &Client, p: &PipelineConfig) -> Option<CheckLine> {
-    let post = matches!(
-        p.full_document,
-        FullDocument::WhenAvailable | FullDocument::Required
-    );
-    let pre = p.full_document_before_change != FullDocumentBeforeChange::Off;
-    let required = p.full_document == FullDocument::Required
-        || p.full_document_before_change == FullDocumentBeforeChange::Required;
-    if !post && !pre {
-        return None;
-    }
-    let (Some(db), Some(coll)) = (&p.database, &p.collection) else {
-        return Some(line(
-            true,
-            format!(
-                "pipeline {}: pre-/post-images are configured per collection; not checked for {}",
-                p.name,
-                p.scope()
-            ),
-        ));
-    };
-    let specs = client
-        .database(db)
-        .list_collections()
-        .filter(doc! { "name": coll })
-        .await;
-    let enabled = match specs {
-        Ok(mut cursor) => {
-            use futures::StreamExt;
-            match cursor.next().await {
-                Some(Ok(spec)) => spec
-                    .options
-                    .change_stream_pre_and_post_images
-                    .is_some_and(|o| o.enabled),
-                _ => false,
-            }
-        }
-        Err(_) => false,
-    };
-    let remedy = format!(
-        "Remedy: db.getSiblingDB({db:?}).runCommand({{collMod: {coll:?}, \
-         changeStreamPreAndPostImages: {{enabled: true}}}})"
-    );
-    Some(match (enabled, required) {
-        (true, _) => line(
-            true,
-            format!(
-                "pipeline {}: pre-/post-images enabled on {db}.{coll}",
-                p.name
-            ),
-        ),
-        (false, true) => line(
-            false,
-            format!(
-                "pipeline {}: images are `required` but not enabled on {db}.{coll}: the stream \
-             fails on the first update. {remedy}",
-                p.name
-            ),
-        ),
-        (false, false) if p.snapshots() && p.full_document == FullDocument::WhenAvailable => line(
-            false,
-            format!(
-                "pipeline {}: full_document = \"when_available\" but post-images are not enabled \
-                 on {db}.{coll}: updates would carry no document, and the snapshot's mirror would \
-                 keep older copies as the last record of updated keys. {remedy} (or use \
-                 full_document = \"update_lookup\")",
-                p.name
-            ),
-        ),
-        (false, false) => line(
-            true,
-            format!(
-                "pipeline {}: images are `when_available` but not enabled on {db}.{coll}: they will \
-             be absent. {remedy}",
-                p.name
-            ),
-        ),
-    })
-}
 
 /// The pipeline's offsets document: its position (against the oplog), its owner, and whether
 /// the configured stream and key format are the ones it was committed with.
