@@ -5,8 +5,9 @@
 //! - `report`: one-line descriptions of errors for logs, with secrets redacted; the bounded
 //!   metric label ([`BridgeError::kind`]) and the operator's remedy ([`BridgeError::remedy`]).
 //! - [`encode`], [`split`], [`images`]: the errors of one change event (it cannot be encoded,
-//!   its fragments do not form one event, it lacks its required pre-image), and [`snapshot`]: a
-//!   copy that would finish short; defined here so that [`BridgeError`] can carry them.
+//!   its fragments do not form one event, it lacks its required pre-image), [`snapshot`]: a
+//!   copy that would finish short, and [`cluster`]: a position on another MongoDB cluster;
+//!   defined here so that [`BridgeError`] can carry them.
 //!
 //! What a pipeline *does* after a failure is decided beside its lifecycle (`pipeline/policy.rs`).
 //!
@@ -21,6 +22,7 @@ use mongodb::error::Error as MongoError;
 use rdkafka::error::KafkaError;
 
 mod classify;
+pub mod cluster;
 pub mod encode;
 pub mod images;
 mod report;
@@ -28,7 +30,8 @@ pub mod snapshot;
 pub mod split;
 
 pub(crate) use classify::{
-    CODE_DUPLICATE_KEY, CODE_NO_MATCHING_DOCUMENT, CODE_UNAUTHORIZED, CODE_UNKNOWN_STAGE,
+    CODE_COMMAND_NOT_FOUND, CODE_DUPLICATE_KEY, CODE_NO_MATCHING_DOCUMENT, CODE_UNAUTHORIZED,
+    CODE_UNKNOWN_STAGE,
     is_auth_failure, is_history_lost, is_oversize, is_server_selection, mongo_code,
 };
 pub(crate) use report::describe_mongo;
@@ -269,6 +272,9 @@ pub enum BridgeError {
         /// The configured one.
         configured: String,
     },
+    /// A start found the position on another MongoDB cluster, or could not read the cluster's.
+    #[error(transparent)]
+    Cluster(Box<cluster::ClusterError>),
     /// Another instance took the pipeline over (its epoch is newer than ours).
     #[error(
         "pipeline {pipeline:?} was fenced: another bridge instance or an `offsets reset` took it over (epoch {epoch} is \

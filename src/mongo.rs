@@ -1,5 +1,6 @@
-//! The MongoDB client: building it from `[mongodb]`, the deployment's cluster time, and the
-//! diagnosis of a URI whose `replicaSet` does not match the servers'.
+//! The MongoDB client: building it from `[mongodb]`, the deployment's cluster time, the
+//! diagnosis of a URI whose `replicaSet` does not match the servers', and (`cluster.rs`) the
+//! identity of the cluster it reaches.
 //!
 //! Invariants: no error message carries the URI's secrets (they go through
 //! [`Config::redact`]); the diagnosis only reads (`hello`) and is bounded in time.
@@ -12,6 +13,8 @@ use mongodb::options::ClientOptions;
 
 use crate::config::Config;
 use crate::error::BridgeError;
+
+pub(crate) mod cluster;
 
 /// Bound of each call of the replica-set diagnosis.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);

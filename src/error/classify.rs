@@ -22,6 +22,8 @@ pub(crate) const CODE_DUPLICATE_KEY: i32 = 11000;
 pub(crate) const CODE_UNKNOWN_STAGE: i32 = 40324;
 /// `Unauthorized`: the user lacks a privilege.
 pub(crate) const CODE_UNAUTHORIZED: i32 = 13;
+/// `CommandNotFound`: the server has no such command.
+pub(crate) const CODE_COMMAND_NOT_FOUND: i32 = 59;
 /// `AuthenticationFailed`.
 const CODE_AUTHENTICATION_FAILED: i32 = 18;
 /// `NoMatchingDocument`: in a change stream, a `required` pre- or post-image the server does not
@@ -233,6 +235,7 @@ impl BridgeError {
             Self::Source { source, .. }
             | Self::Checkpoint { source, .. }
             | Self::Copy { source, .. } => classify_mongo(source),
+            Self::Cluster(e) => e.class(),
             Self::Delivery { source, .. } | Self::TopicCreation { source, .. } => {
                 classify_kafka(source)
             }

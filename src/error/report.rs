@@ -8,6 +8,7 @@ use std::error::Error as StdError;
 
 use mongodb::error::{Error as MongoError, ErrorKind as MongoErrorKind};
 
+use super::cluster::ClusterError;
 use super::{BridgeError, ErrorClass};
 
 /// A one-line description of a driver error: the server's code name, code and message, or the
@@ -111,7 +112,7 @@ impl ErrorClass {
 
 /// Every [`BridgeError::kind`], so the metrics can show each at zero before it first fires
 /// (an alert on `increase(…)` misses a series' first value).
-pub const KINDS: [&str; 28] = [
+pub const KINDS: [&str; 30] = [
     "config",
     "source",
     "snapshot",
@@ -133,6 +134,8 @@ pub const KINDS: [&str; 28] = [
     "fenced",
     "group",
     "config_changed",
+    "cluster_changed",
+    "cluster_identity",
     "panic",
     "transaction",
     "progress",
@@ -171,6 +174,10 @@ impl BridgeError {
             Self::Fenced { .. } => "fenced",
             Self::Group { .. } => "group",
             Self::ConfigChanged { .. } => "config_changed",
+            Self::Cluster(e) => match **e {
+                ClusterError::Changed { .. } => "cluster_changed",
+                ClusterError::Unread { .. } => "cluster_identity",
+            },
             Self::TaskPanicked { .. } => "panic",
             Self::Transaction { .. } => "transaction",
             Self::Progress { .. } => "progress",
@@ -186,6 +193,7 @@ impl BridgeError {
             Self::Source { source, .. }
             | Self::Checkpoint { source, .. }
             | Self::Copy { source, .. } => Some(source),
+            Self::Cluster(e) => e.mongo_source(),
             _ => None,
         }
     }

@@ -67,10 +67,46 @@ fn every_error_has_one_class_and_a_bounded_label() {
             ErrorClass::Transient,
             "progress",
         ),
+        (
+            BridgeError::Cluster(Box::new(cluster::ClusterError::Changed {
+                pipeline: "p".into(),
+                stored: "a".into(),
+                found: "b".into(),
+            })),
+            ErrorClass::Fatal,
+            "cluster_changed",
+        ),
+        (
+            BridgeError::Cluster(Box::new(cluster::ClusterError::Unread {
+                pipeline: "p".into(),
+                what: "no answer within 30 s".into(),
+                source: None,
+            })),
+            ErrorClass::Transient,
+            "cluster_identity",
+        ),
     ];
     for (error, class, kind) in cases {
         assert_eq!(error.class(), class, "{error}");
         assert_eq!(error.kind(), kind, "{error}");
+    }
+}
+
+#[test]
+fn a_cluster_refusal_names_both_clusters_and_both_ways_forward() {
+    let error = BridgeError::Cluster(Box::new(cluster::ClusterError::Changed {
+        pipeline: "orders".into(),
+        stored: "replica set \"rs0\" (replicaSetId 65f0a1)".into(),
+        found: "replica set \"rs0\" (replicaSetId 65f0b2)".into(),
+    }));
+    let text = report(&error, &[]);
+    for part in [
+        "records replica set \"rs0\" (replicaSetId 65f0a1)",
+        "reaches replica set \"rs0\" (replicaSetId 65f0b2)",
+        "offsets reset orders --to-now",
+        "offsets accept-cluster orders",
+    ] {
+        assert!(text.contains(part), "{part} missing: {text}");
     }
 }
 
