@@ -8,9 +8,9 @@
 //! Shape (a public contract, README "Offsets"):
 //! `{_id: <pipeline>, schemaVersion, resumeToken?, clusterTime?, positionTime?, wallTime?,
 //!   updatedAt, eventsCommitted: Int64, epoch: Int64, owner, leaseUntil, bridgeVersion,
-//!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, snapshot?, snapshotRequest?,
-//!   lastSnapshot?, commitSequence?, resetSequence?, delivery?, progressOffset?, streamUid,
-//!   importedFrom?}` (`snapshot`
+//!   startAtOperationTime?, fingerprint?, stream?, keyFormat?, cluster?, snapshot?,
+//!   snapshotRequest?, lastSnapshot?, commitSequence?, resetSequence?, delivery?,
+//!   progressOffset?, streamUid, importedFrom?}` (`snapshot`
 //!   has the snapshot's fields, `exactly_once` the exactly-once ones and the progress record).
 //!
 //! Invariants:
@@ -31,9 +31,14 @@
 //!   an instance whose configured identity differs is refused before the epoch moves, so it
 //!   never fences the owner that runs the recorded one. An operator's reset removes the
 //!   identity; `offsets accept-config` records the configured one, keeping the position.
+//! - The position belongs to the MongoDB cluster recorded with it (`cluster`): a take by an
+//!   instance whose client reaches another cluster is refused before the epoch moves. A reset
+//!   or an import removes it; `offsets accept-cluster` records the one reached, keeping the
+//!   position.
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
+pub(crate) mod cluster;
 mod commit;
 pub(crate) mod debezium;
 pub(crate) mod deployment;
@@ -44,6 +49,7 @@ pub(crate) mod operator;
 pub(crate) mod snapshot;
 mod store;
 
+pub use crate::mongo::cluster::{ClusterIdentity, IdKind};
 pub use identity::StreamIdentity;
 pub use store::OffsetsStore;
 
@@ -60,8 +66,9 @@ pub(crate) fn hostname() -> String {
 /// The schema version this binary writes and understands. 2: the stream identity
 /// (`fingerprint`, `stream`, `keyFormat`), which an older binary must not ignore. 3: the
 /// snapshot (`snapshot`, `snapshotRequest`): an older binary would stream on and leave the copy
-/// unfinished without a word.
-pub const SCHEMA_VERSION: i64 = 3;
+/// unfinished without a word. 4: the cluster (`cluster`): an older binary would resume a
+/// position on another MongoDB cluster without a word.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The document's field names.
 pub(crate) mod fields {
@@ -97,6 +104,8 @@ pub(crate) mod fields {
     pub(crate) const STREAM: &str = "stream";
     /// The key format the records were written in: `json` or `bson`.
     pub(crate) const KEY_FORMAT: &str = "keyFormat";
+    /// The MongoDB cluster the position belongs to: `{setName?, kind, id}` ([`super::cluster`]).
+    pub(crate) const CLUSTER: &str = "cluster";
     /// The running snapshot's state ([`super::snapshot`]).
     pub(crate) const SNAPSHOT: &str = "snapshot";
     /// A snapshot asked for and not started yet.
@@ -152,6 +161,8 @@ pub struct OffsetsDoc {
     pub stream: Option<Document>,
     /// The key format of the records written so far.
     pub key_format: Option<String>,
+    /// The MongoDB cluster the position belongs to, when recorded.
+    pub cluster: Option<ClusterIdentity>,
     /// The running snapshot, as far as it is delivered.
     pub snapshot: Option<crate::snapshot::SnapshotState>,
     /// A snapshot asked for and not started yet.
@@ -220,6 +231,7 @@ impl OffsetsDoc {
             fingerprint: d.get_str(fields::FINGERPRINT).ok().map(str::to_owned),
             stream: d.get_document(fields::STREAM).ok().cloned(),
             key_format: d.get_str(fields::KEY_FORMAT).ok().map(str::to_owned),
+            cluster: cluster::from_doc(d)?,
             snapshot: snapshot::state_from(d)?,
             snapshot_request: snapshot::request_from(d)?,
             answered_request: snapshot::answered_request(d),
@@ -283,7 +295,7 @@ mod tests {
             OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64, "schemaVersion": 99_i64 })
                 .expect_err("newer");
         assert!(error.contains("schemaVersion 99"), "{error}");
-        assert!(error.contains("understands up to 3"), "{error}");
+        assert!(error.contains("understands up to 4"), "{error}");
         let older = OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64 }).expect("older");
         assert_eq!(older.schema_version, 0);
         assert_eq!(older.epoch, Some(3));

@@ -5,7 +5,8 @@
 //! read before it and increments it, so a running owner is fenced on its next write instead of
 //! overwriting the import; `resetSequence` rises, so an exactly-once pipeline's older progress
 //! record never wins over it; the lease ends; write concern `majority`. Like a reset, it
-//! removes the stream identity (the next start records the configured one) and any running
+//! removes the stream identity and the cluster (the next start records the configured stream
+//! and the cluster it reaches: Debezium's offset names none) and any running
 //! snapshot's state (the imported position is Debezium's, whose snapshot was complete); it
 //! records where the position came from (`importedFrom`) and the key format of the records
 //! before it (`debezium`).
@@ -53,7 +54,8 @@ impl OffsetsAdmin {
         };
         let mut unset = doc! {
             fields::START_AT_OPERATION_TIME: "", fields::WALL_TIME: "",
-            fields::FINGERPRINT: "", fields::STREAM: "", fields::SNAPSHOT: "",
+            fields::FINGERPRINT: "", fields::STREAM: "", fields::CLUSTER: "",
+            fields::SNAPSHOT: "",
         };
         match imported.cluster_time {
             Some(at) => {

@@ -4,8 +4,9 @@
 //! Invariants: every write filters on the epoch read before it (a concurrent take-over makes it
 //! match nothing instead of racing), increments the epoch (a running owner is fenced on its next
 //! write instead of overwriting the reset), ends the lease, and uses write concern `majority`.
-//! A reset removes the stream identity (the next start records the configured one); accepting a
-//! configuration records it and keeps the position.
+//! A reset removes the stream identity and the cluster (the next start records the configured
+//! stream and the cluster it reaches); accepting a configuration (or a cluster, `cluster.rs`)
+//! records it and keeps the position.
 
 use bson::{Bson, DateTime, Document, Timestamp, doc};
 use mongodb::error::Error as MongoError;
@@ -198,6 +199,7 @@ impl OffsetsAdmin {
         set.insert(fields::OWNER, owner);
         unset.insert(fields::FINGERPRINT, "");
         unset.insert(fields::STREAM, "");
+        unset.insert(fields::CLUSTER, "");
         let Some(epoch) = epoch else {
             set.insert(fields::SCHEMA_VERSION, SCHEMA_VERSION);
             return self.insert_first(name, set).await;

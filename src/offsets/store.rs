@@ -11,6 +11,9 @@
 //!   instance configured with another identity is refused ([`BridgeError::ConfigChanged`])
 //!   before the epoch moves. A document without one (written by an older version, or reset)
 //!   is adopted: the take records the configured identity.
+//! - Likewise for the MongoDB cluster (`cluster.rs`): read from the server once per store (a
+//!   pipeline's start), bounded in time, checked by every take before the epoch moves, and
+//!   recorded by it.
 //! - Never regresses: only positions from the relay's ordered window are written, by one task,
 //!   in the order they were published (see `window.rs`), and a fenced writer writes nothing.
 //! - `leaseUntil` is refreshed every commit interval even when the position did not move, so
@@ -29,6 +32,7 @@ use super::identity::{StreamIdentity, describe};
 use super::{OffsetsDoc, SCHEMA_VERSION, fields};
 use crate::config::names::OffsetsLocation;
 use crate::error::{BridgeError, CODE_DUPLICATE_KEY, mongo_code};
+use crate::mongo::cluster::ClusterRead;
 
 /// Attempts of the read-then-increment take-over before giving up.
 const TAKE_ATTEMPTS: usize = 10;
@@ -40,6 +44,8 @@ pub struct OffsetsStore {
     pub(super) pipeline: String,
     pub(super) owner: String,
     identity: Arc<StreamIdentity>,
+    /// The cluster the client reaches, once read (`cluster.rs`).
+    pub(super) cluster: Arc<tokio::sync::OnceCell<ClusterRead>>,
     lease: Duration,
     lease_valid_until: Arc<AtomicI64>,
 }
@@ -74,6 +80,7 @@ impl OffsetsStore {
             pipeline: pipeline.to_owned(),
             owner: owner.to_owned(),
             identity: Arc::new(identity),
+            cluster: Arc::default(),
             lease,
             lease_valid_until: Arc::default(),
         }
@@ -136,12 +143,11 @@ impl OffsetsStore {
         OffsetsDoc::parse(found).map_err(|reason| self.invalid(reason))
     }
 
-    /// The update of a take-over: the next epoch, our owner string, a fresh lease and the
-    /// configured stream identity.
-    /// The update of a take-over of `seen` (the document as read; `None`: there is none): a
-    /// document without a `streamUid` gets a new one (the take is conditional on the epoch
-    /// read, so two takes never record two).
-    fn take_update(&self, seen: Option<&OffsetsDoc>) -> Document {
+    /// The update of a take-over of `seen` (the document as read; `None`: there is none): the
+    /// next epoch, our owner string, a fresh lease, the configured stream identity and the
+    /// `cluster` found (when known). A document without a `streamUid` gets a new one (the take
+    /// is conditional on the epoch read, so two takes never record two).
+    fn take_update(&self, seen: Option<&OffsetsDoc>, cluster: Option<Document>) -> Document {
         let id = &*self.identity;
         let mut set = doc! { fields::OWNER: &self.owner, fields::LEASE_UNTIL: self.lease_until(),
         fields::BRIDGE_VERSION: env!("CARGO_PKG_VERSION"),
@@ -150,6 +156,9 @@ impl OffsetsStore {
         fields::KEY_FORMAT: id.key_format };
         if seen.is_none_or(|d| d.stream_uid.is_none()) {
             set.insert(fields::STREAM_UID, new_stream_uid());
+        }
+        if let Some(cluster) = cluster {
+            set.insert(fields::CLUSTER, cluster);
         }
         doc! { "$inc": { fields::EPOCH: 1_i64 }, "$set": set, "$unset": { fields::FAILURE: "" } }
     }
@@ -178,6 +187,7 @@ impl OffsetsStore {
     pub(crate) async fn take_from(&self) -> Result<(OffsetsDoc, Option<DateTime>), BridgeError> {
         // Conditional on the epoch just read, so a stale request (say, of a process killed while
         // its take-over was in flight) cannot bump the epoch after a successor took it.
+        let found = self.cluster().await?;
         for _ in 0..TAKE_ATTEMPTS {
             // Read (creating the document if it is missing) with findAndModify, like every
             // other write here, rather than a plain find.
@@ -203,8 +213,12 @@ impl OffsetsStore {
                 Some(epoch) => doc! { fields::ID: &self.pipeline, fields::EPOCH: epoch },
                 None => doc! { fields::ID: &self.pipeline, fields::EPOCH: { "$exists": false } },
             };
+            let cluster = self.cluster_checked(Some(&current), found)?;
             filter.extend(self.identity_filter(Some(&current))?);
-            if let Some(taken) = self.take_where(filter, Some(&current), false).await? {
+            if let Some(taken) = self
+                .take_where(filter, Some(&current), cluster, false)
+                .await?
+            {
                 self.log_identity_changes(&current);
                 let live_until = self.live_owner_until(&current);
                 return Ok((taken, live_until));
@@ -262,7 +276,8 @@ impl OffsetsStore {
     /// compare-and-set, so of several standbys exactly one wins. `Ok(None)` when another
     /// instance was first, or the owner renewed in between.
     ///
-    /// Errors: [`BridgeError::ConfigChanged`] when `seen` records another stream identity.
+    /// Errors: [`BridgeError::Cluster`] when `seen` records another cluster (or the cluster
+    /// cannot be read), [`BridgeError::ConfigChanged`] another stream identity.
     pub async fn take_lapsed(
         &self,
         seen: Option<&OffsetsDoc>,
@@ -279,23 +294,25 @@ impl OffsetsStore {
                 { fields::LEASE_UNTIL: { "$exists": false } },
             ],
         };
+        let cluster = self.cluster_checked(seen, self.cluster().await?)?;
         filter.extend(self.identity_filter(seen)?);
         // A deleted document (`offsets reset --delete`) is created by the winner; a concurrent
         // insert of another standby meets DuplicateKey and loses.
         let upsert = seen.is_none();
-        self.take_where(filter, seen, upsert).await
+        self.take_where(filter, seen, cluster, upsert).await
     }
 
     async fn take_where(
         &self,
         filter: Document,
         seen: Option<&OffsetsDoc>,
+        cluster: Option<Document>,
         upsert: bool,
     ) -> Result<Option<OffsetsDoc>, BridgeError> {
         let started_ms = DateTime::now().timestamp_millis();
         let taken = self
             .collection
-            .find_one_and_update(filter, self.take_update(seen))
+            .find_one_and_update(filter, self.take_update(seen, cluster))
             .upsert(upsert)
             .return_document(ReturnDocument::After)
             .write_concern(majority())

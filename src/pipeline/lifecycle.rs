@@ -18,6 +18,9 @@
 //!   escalates (`recovery.rs`).
 //! - A pipeline that stops on a failure says so where operators look: `/readyz` names it with
 //!   the error and the remedy, and `…_pipeline_failed` is 1 until its next run begins.
+//! - A pipeline whose position belongs to another stream or another MongoDB cluster is refused
+//!   before its epoch moves (the take checks both, `crate::offsets`); one whose cluster could
+//!   not be named runs, with `…_pipeline_cluster_unchecked` 1.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -330,6 +333,9 @@ async fn run_owned(
         Err(e) => return Some(e),
     };
     *epoch = offsets.epoch;
+    ctx.metrics
+        .cluster_unchecked
+        .set(i64::from(store.cluster_unchecked()));
     if ctx.pipeline.delivery == Delivery::ExactlyOnce {
         // Whatever ended an earlier run, its producer may hold an open transaction (or a
         // fenced state): a new one, whose init_transactions aborts it, of the transactional.id
@@ -349,12 +355,16 @@ async fn run_owned(
     super::run::once(ctx, store, offsets, cancel).await.err()
 }
 
-/// The pipeline's configured stream differs from its position's: not ready, counted, logged.
+/// The pipeline's configured stream, or its MongoDB cluster, differs from its position's: not
+/// ready, counted, logged.
 fn refuse(ctx: &PipelineContext, error: &BridgeError) -> Ended {
-    ctx.health.set_refused(
+    ctx.health.set_refused(if matches!(error, BridgeError::Cluster(_)) {
+        "its position was committed on another MongoDB cluster than the one mongodb.uri reaches \
+         (see the log: offsets reset or offsets accept-cluster)"
+    } else {
         "its configured stream differs from the one its position was committed for (see the \
-         log: offsets reset or offsets accept-config)",
-    );
+         log: offsets reset or offsets accept-config)"
+    });
     ctx.metrics.refused.set(1);
     error!(pipeline = %ctx.pipeline.name, error = %ctx.report(error), "pipeline refused");
     Ended::Refused

@@ -20,6 +20,7 @@ use tracing::warn;
 
 use super::context::PipelineContext;
 use crate::config::OnHistoryLost;
+use crate::error::cluster::ClusterError;
 use crate::error::{BridgeError, ErrorClass};
 use crate::offsets::OffsetsStore;
 
@@ -35,8 +36,8 @@ pub(crate) enum Action {
     SkipHistory,
     /// Another instance owns the pipeline: stand by until its lease lapses.
     StandBy,
-    /// The configured stream differs from the one the position belongs to: this pipeline
-    /// stops, not ready, and the others run on.
+    /// The configured stream, or the MongoDB cluster, differs from the one the position
+    /// belongs to: this pipeline stops, not ready, and the others run on.
     Refuse,
     /// Stop the pipeline; the process exits non-zero once the other pipelines drained.
     Stop,
@@ -77,7 +78,7 @@ pub(crate) fn decide(
 ) -> Action {
     match error {
         BridgeError::Fenced { .. } => return Action::StandBy,
-        BridgeError::ConfigChanged { .. } => return Action::Refuse,
+        refused if is_refusal(refused) => return Action::Refuse,
         BridgeError::StreamClosed { .. } => return Action::Reopen,
         BridgeError::HistoryLost { .. } if on_history_lost != OnHistoryLost::Fail => {
             return Action::SkipHistory;
@@ -98,6 +99,17 @@ pub(crate) fn decide(
             }
         }
         ErrorClass::Fatal => Action::Stop,
+    }
+}
+
+/// Whether `error` says the pipeline's position belongs to something else than what it runs
+/// on: another stream identity, or another MongoDB cluster. Such a pipeline is refused; it
+/// never runs until an operator decides (`offsets reset`, `accept-config`, `accept-cluster`).
+pub(super) fn is_refusal(error: &BridgeError) -> bool {
+    match error {
+        BridgeError::ConfigChanged { .. } => true,
+        BridgeError::Cluster(e) => matches!(**e, ClusterError::Changed { .. }),
+        _ => false,
     }
 }
 
@@ -282,6 +294,43 @@ mod tests {
         };
         assert_eq!(
             decide(&config, OnHistoryLost::Fail, &mut attempts),
+            Action::Stop
+        );
+    }
+
+    #[test]
+    fn another_cluster_is_refused_and_an_unread_one_is_retried() {
+        let mut attempts = Attempts::new(10);
+        let cluster = |e| BridgeError::Cluster(Box::new(e));
+        let moved = cluster(ClusterError::Changed {
+            pipeline: "p".into(),
+            stored: "replica set \"a\" (replicaSetId 1)".into(),
+            found: "replica set \"b\" (replicaSetId 2)".into(),
+        });
+        assert_eq!(
+            decide(&moved, OnHistoryLost::Fail, &mut attempts),
+            Action::Refuse
+        );
+        // No answer in time: an outage, retried for as long as it lasts.
+        let unanswered = cluster(ClusterError::Unread {
+            pipeline: "p".into(),
+            what: "no answer within 30 s".into(),
+            source: None,
+        });
+        for _ in 0..20 {
+            assert_eq!(
+                decide(&unanswered, OnHistoryLost::Fail, &mut attempts),
+                Action::Restart
+            );
+        }
+        // A failed login stops, as it would at any other step.
+        let login = cluster(ClusterError::Unread {
+            pipeline: "p".into(),
+            what: "the server could not be asked".into(),
+            source: Some(Box::new(crate::error::tests::command_error(18))),
+        });
+        assert_eq!(
+            decide(&login, OnHistoryLost::Fail, &mut attempts),
             Action::Stop
         );
     }

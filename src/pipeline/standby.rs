@@ -36,7 +36,7 @@ enum Look {
     Wait,
     /// This instance took the pipeline: its epoch.
     Taken(i64),
-    /// The pipeline's position belongs to another stream identity.
+    /// The pipeline's position belongs to another stream identity or MongoDB cluster.
     Refused(BridgeError),
 }
 
@@ -44,7 +44,8 @@ enum Look {
 /// `cancel` fires first. Read errors just wait for the next look.
 ///
 /// Errors: [`BridgeError::ConfigChanged`] when the position (of a new owner that ran another
-/// configuration) belongs to another stream identity: this instance never takes it.
+/// configuration) belongs to another stream identity, [`BridgeError::Cluster`] when it belongs
+/// to another MongoDB cluster: this instance never takes it.
 pub(super) async fn wait(
     store: &OffsetsStore,
     health: &PipelineHealth,
@@ -103,7 +104,7 @@ async fn look(store: &OffsetsStore, health: &PipelineHealth) -> Look {
         Ok(Some(taken)) => taken.epoch.map_or(Look::Wait, Look::Taken),
         // Another standby was first, or the owner renewed in between: keep standing by.
         Ok(None) => Look::Wait,
-        Err(e @ BridgeError::ConfigChanged { .. }) => Look::Refused(e),
+        Err(e) if super::policy::is_refusal(&e) => Look::Refused(e),
         Err(e) => {
             debug!(error = %report(&e, &[]), "standby: take-over failed; looking again");
             Look::Wait

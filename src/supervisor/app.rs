@@ -313,14 +313,15 @@ async fn supervise(
                             tracing::error!(
                                 "every pipeline is refused after the reload (see the log above \
                                  for each); the process keeps running: run `offsets \
-                                 accept-config` or restore the file, then send SIGHUP again");
+                                 accept-config` (or `accept-cluster`) or restore the file, then \
+                                 send SIGHUP again");
                             continue;
                         }
                         BridgeError::Config {
                             field: "pipelines".into(),
-                            reason: "every pipeline was refused: its configured stream differs \
-                                     from the one its position was committed for (see the log \
-                                     above for each)"
+                            reason: "every pipeline was refused: its configured stream, or \
+                                     the MongoDB cluster, differs from the one its position was \
+                                     committed for (see the log above for each)"
                                 .into(),
                         }
                     }

@@ -9,8 +9,9 @@ use super::names::{
     AMBIGUOUS_EVENTS, CHECKPOINT_COMMITS, CHECKPOINT_DURATION, CHECKPOINT_LAG,
     CHECKPOINT_TIMESTAMP, CLIENT_REBUILDS, DELIVERY_DURATION, DELIVERY_ERRORS, END_TO_END_LATENCY,
     ERRORS, HISTORY_HEADROOM, IN_FLIGHT_BYTES, IN_FLIGHT_EVENTS, MESSAGES_DELIVERED,
-    MESSAGES_ENQUEUED, PIPELINE_FAILED, PIPELINE_OWNED, PIPELINE_REFUSED, POOL_ENCODED, QUEUE_FULL,
-    RESTARTS, SOURCE_BYTES, SOURCE_EVENTS, SOURCE_LAG, SOURCE_WATERMARKS, STREAM_OPEN,
+    MESSAGES_ENQUEUED, PIPELINE_CLUSTER_UNCHECKED, PIPELINE_FAILED, PIPELINE_OWNED,
+    PIPELINE_REFUSED, POOL_ENCODED, QUEUE_FULL, RESTARTS, SOURCE_BYTES, SOURCE_EVENTS, SOURCE_LAG,
+    SOURCE_WATERMARKS, STREAM_OPEN,
     TOPIC_MISSING,
 };
 
@@ -161,7 +162,7 @@ impl CheckpointFamilies {
     }
 }
 
-/// The families of a pipeline's life: its errors, restarts, ownership and refusal.
+/// The families of a pipeline's life: its errors, restarts, ownership, refusal and cluster check.
 #[derive(Clone)]
 pub(super) struct LifecycleFamilies {
     pub(super) errors: IntCounterVec,
@@ -169,6 +170,7 @@ pub(super) struct LifecycleFamilies {
     pub(super) client_rebuilds: IntCounterVec,
     pub(super) pipeline_owned: IntGaugeVec,
     pub(super) pipeline_refused: IntGaugeVec,
+    pub(super) pipeline_cluster_unchecked: IntGaugeVec,
     pub(super) pipeline_failed: IntGaugeVec,
     pub(super) topic_missing: IntCounterVec,
 }
@@ -197,7 +199,13 @@ impl LifecycleFamilies {
             pipeline_refused: gauge(
                 r,
                 PIPELINE_REFUSED,
-                "1 when the configured stream differs from the committed position's.",
+                "1 when the configured stream or the MongoDB cluster differs from the committed \
+                 position's.",
+            ),
+            pipeline_cluster_unchecked: gauge(
+                r,
+                PIPELINE_CLUSTER_UNCHECKED,
+                "1 when the MongoDB cluster could not be named at the last take: unchecked.",
             ),
             pipeline_failed: gauge(
                 r,

@@ -39,8 +39,10 @@ pub struct PipelineMetrics {
     pub stream_open: IntGauge,
     /// 1 while this instance owns the pipeline.
     pub owned: IntGauge,
-    /// 1 when the pipeline was refused (its stream changed).
+    /// 1 when the pipeline was refused (its stream or its MongoDB cluster changed).
     pub refused: IntGauge,
+    /// 1 when the MongoDB cluster could not be named at the last take (nothing was checked).
+    pub cluster_unchecked: IntGauge,
     /// 1 while the pipeline stopped on a failure (the others run on).
     pub failed: IntGauge,
     /// Episodes of a topic it writes found missing.
@@ -148,6 +150,10 @@ impl Metrics {
             stream_open: self.source.stream_open.with_label_values(&[name]),
             owned: self.lifecycle.pipeline_owned.with_label_values(&[name]),
             refused: self.lifecycle.pipeline_refused.with_label_values(&[name]),
+            cluster_unchecked: self
+                .lifecycle
+                .pipeline_cluster_unchecked
+                .with_label_values(&[name]),
             failed: self.lifecycle.pipeline_failed.with_label_values(&[name]),
             topic_missing: self.lifecycle.topic_missing.with_label_values(&[name]),
             events_read: OpCounters::default(),

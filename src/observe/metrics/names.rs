@@ -75,9 +75,13 @@ pub const STREAM_OPEN: &str = "mongo_kafka_bridge_stream_open";
 /// 1 while this instance owns the pipeline (holds its epoch), 0 while it stands by or after
 /// it stopped, by `pipeline`.
 pub const PIPELINE_OWNED: &str = "mongo_kafka_bridge_pipeline_owned";
-/// 1 when the pipeline was refused because its configured stream differs from the one its
-/// position was committed for, by `pipeline`.
+/// 1 when the pipeline was refused because its configured stream, or the MongoDB cluster
+/// `mongodb.uri` reaches, differs from the one its position was committed for, by `pipeline`.
 pub const PIPELINE_REFUSED: &str = "mongo_kafka_bridge_pipeline_refused";
+/// 1 when the MongoDB cluster's identity could not be read at the pipeline's last take (a
+/// missing privilege), so its position was not checked against the cluster it was committed
+/// on, by `pipeline`.
+pub const PIPELINE_CLUSTER_UNCHECKED: &str = "mongo_kafka_bridge_pipeline_cluster_unchecked";
 /// 1 while the pipeline stopped on a failure it cannot get past by itself (the other pipelines
 /// run on; SIGHUP or a restart runs it again), by `pipeline`.
 pub const PIPELINE_FAILED: &str = "mongo_kafka_bridge_pipeline_failed";
@@ -128,7 +132,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 42] = [
+pub const ALL: [&str; 43] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -154,6 +158,7 @@ pub const ALL: [&str; 42] = [
     STREAM_OPEN,
     PIPELINE_OWNED,
     PIPELINE_REFUSED,
+    PIPELINE_CLUSTER_UNCHECKED,
     PIPELINE_FAILED,
     TOPIC_MISSING,
     RDKAFKA_QUEUE_MESSAGES,

@@ -35,6 +35,7 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     p.ambiguous("bson");
     p.owned.set(1);
     p.refused.set(0);
+    p.cluster_unchecked.set(0);
     let copy = p.snapshot("shop.orders");
     copy.documents.inc_by(3);
     copy.remaining.set(7);
