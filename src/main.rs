@@ -1,5 +1,5 @@
 //! The `mongo-kafka-bridge` binary: parses arguments, loads the configuration, runs a command
-//! (`run`, `check`, `offsets list | show | reset`).
+//! (`run`, `check`, `snapshot`, `offsets …`).
 //!
 //! Exit codes: 0 clean shutdown, all checks passed or the offsets command done; 1 a fatal
 //! error, a failed check, or an offsets command refused or failed; 2 a configuration error. A
@@ -90,20 +90,24 @@ enum OffsetsArgs {
     /// Move a pipeline's position (no token; it starts there next time) or delete it. Refused
     /// while a live instance holds the pipeline, unless --force.
     Reset(ResetArgs),
-    /// Accept the configured scope and `pipeline` stages for a pipeline whose position was
-    /// committed under others: it resumes from that position. Refused while a live instance
-    /// holds the pipeline, unless --force.
-    AcceptConfig {
-        /// Pipeline name.
-        name: String,
-        /// Proceed although a live instance holds the pipeline: it is fenced, and resumes
-        /// under the accepted configuration.
-        #[arg(long)]
-        force: bool,
-    },
+    /// Accept the configured scope and `pipeline` stages for a pipeline committed under others:
+    /// it resumes from its position. Refused while a live instance holds it, unless --force.
+    AcceptConfig(AcceptArgs),
+    /// Accept the MongoDB cluster the configuration reaches for a pipeline committed on another
+    /// (the move is intended): it resumes from its position. Refused like accept-config.
+    AcceptCluster(AcceptArgs),
     /// Store another system's position as a pipeline's (the move without a gap).
     #[command(subcommand)]
     Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+struct AcceptArgs {
+    /// Pipeline name.
+    name: String,
+    /// Proceed although a live instance holds the pipeline (it is fenced, and resumes).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -309,15 +313,17 @@ fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
     Some(match args {
         OffsetsArgs::List => OffsetsCommand::List,
         OffsetsArgs::Show { name } => OffsetsCommand::Show { name },
-        OffsetsArgs::AcceptConfig { name, force } => OffsetsCommand::AcceptConfig { name, force },
+        OffsetsArgs::AcceptConfig(AcceptArgs { name, force }) => {
+            OffsetsCommand::AcceptConfig { name, force }
+        }
+        OffsetsArgs::AcceptCluster(AcceptArgs { name, force }) => {
+            OffsetsCommand::AcceptCluster { name, force }
+        }
         OffsetsArgs::Import(ImportArgs::Debezium(args)) => import_debezium(args)?,
         OffsetsArgs::Reset(r) => {
             let to = match (r.to_now, r.to_timestamp, r.delete) {
                 (true, _, _) => ResetTo::Now,
-                (_, Some(t), _) => match offsets_cli::parse_timestamp(&t).and_then(|ts| {
-                    let now = chrono::Utc::now().timestamp();
-                    offsets_cli::refuse_future(ts, u32::try_from(now).unwrap_or(u32::MAX))
-                }) {
+                (_, Some(t), _) => match offsets_cli::reset_timestamp(&t) {
                     Ok(ts) => ResetTo::Timestamp(ts),
                     Err(e) => {
                         eprintln!("error: --to-timestamp: {e}");

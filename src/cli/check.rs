@@ -1,12 +1,13 @@
 //! `check`: a preflight. Connects to MongoDB and Kafka with the configuration and prints one
 //! ✔/⚠/✘ line per check with the remedy: deployment type (and a `replicaSet` the servers do not
-//! belong to); privileges on each watched namespace and on the offsets collection (a majority
-//! write that matches nothing); pre-/post-images on every collection a pipeline captures; the
-//! oplog window against `--min-oplog-window-hours`; each pipeline's offsets document; the
-//! producer librdkafka builds from `[kafka.properties]`; Kafka reachability; each target topic
-//! (its partitions and `cleanup.policy`) or who would create it; the topics'
-//! `max.message.bytes` against the largest documents of each watched collection; with
-//! `[bridge] group_id`, the group's slots and control topic.
+//! belong to); the cluster's identity; privileges on each watched namespace and on the offsets
+//! collection (a majority write that matches nothing); pre-/post-images on every collection a
+//! pipeline captures; the oplog window against `--min-oplog-window-hours`; each pipeline's
+//! offsets document (and the cluster its position was committed on); the producer librdkafka
+//! builds from `[kafka.properties]`; Kafka reachability; each target topic (its partitions and
+//! `cleanup.policy`) or who would create it; the topics' `max.message.bytes` against the largest
+//! documents of each watched collection; with `[bridge] group_id`, the group's slots and
+//! control topic.
 //!
 //! Exit code 0 when nothing fails (warnings included), 1 when one fails (2 is a config error,
 //! decided before this runs: the configuration `run` would refuse, `check` refuses too).

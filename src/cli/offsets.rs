@@ -1,14 +1,17 @@
 //! `mongo-kafka-bridge offsets list | show NAME | reset NAME (--to-now | --to-timestamp T |
-//! --delete) [--force] | accept-config NAME [--force] | import debezium NAME …`: what an
-//! operator would otherwise do by hand in mongosh on the offsets collection. Reads and writes go
-//! through `crate::offsets::operator`; `print.rs` prints the documents; `debezium.rs` imports
-//! the position of Debezium's MongoDB connector (the move from Debezium).
+//! --delete) [--force] | accept-config NAME [--force] | accept-cluster NAME [--force] | import
+//! debezium NAME …`: what an operator would otherwise do by hand in mongosh on the offsets
+//! collection. Reads and writes go through `crate::offsets::operator`; `print.rs` prints the
+//! documents; `change.rs` resets and accepts a configuration, `cluster.rs` a cluster;
+//! `debezium.rs` imports the position of Debezium's MongoDB connector (the move from Debezium).
 //!
 //! Invariants:
-//! - A reset or an accept-config refuses while a live instance holds the pipeline
-//!   (`leaseUntil` in the future) unless `--force`, and prints the document before and after.
+//! - A reset or an accept refuses while a live instance holds the pipeline (`leaseUntil` in
+//!   the future) unless `--force`, and prints the document before and after.
 //! - `accept-config` records the configured stream identity and keeps the position: it is the
-//!   explicit way to resume a changed filter from the old position.
+//!   explicit way to resume a changed filter from the old position. `accept-cluster` records
+//!   the MongoDB cluster `mongodb.uri` reaches and keeps the position: the explicit way to say
+//!   that a position moved to another cluster on purpose.
 //! - `--to-now` / `--to-timestamp` store a start position without a token
 //!   (`startAtOperationTime`, what the core reads when there is no `resumeToken`) and increment
 //!   `epoch`, so an instance that still runs is fenced on its next write instead of overwriting
@@ -20,7 +23,7 @@ use std::io::Write;
 
 use bson::{DateTime, Document, Timestamp};
 
-use print::{age, id_text, print_doc, rfc3339, state};
+use print::{age, cluster, id_text, print_doc, rfc3339, state};
 
 use super::check::CHECK_TIMEOUT;
 use crate::config::Config;
@@ -30,6 +33,7 @@ use crate::offsets::OffsetsDoc;
 use crate::offsets::operator::OffsetsAdmin;
 
 mod change;
+mod cluster;
 mod debezium;
 mod print;
 
@@ -60,6 +64,15 @@ pub enum OffsetsCommand {
     /// Record the configured stream (scope and stages) as the one the position belongs to,
     /// keeping the position: the changed filter resumes from it.
     AcceptConfig {
+        /// Pipeline name (`_id`).
+        name: String,
+        /// Proceed even though a live instance holds the pipeline (it will be fenced).
+        force: bool,
+    },
+    /// Record the MongoDB cluster `mongodb.uri` reaches as the one the position belongs to,
+    /// keeping the position: a pipeline refused because its position was committed on another
+    /// cluster resumes from it here.
+    AcceptCluster {
         /// Pipeline name (`_id`).
         name: String,
         /// Proceed even though a live instance holds the pipeline (it will be fenced).
@@ -99,6 +112,15 @@ pub fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
              or Unix seconds"
         )),
     }
+}
+
+/// `T` of `--to-timestamp T` ([`parse_timestamp`]), refused when it lies in the future of this
+/// machine's clock ([`refuse_future`]).
+///
+/// Errors: the sentence of either.
+pub fn reset_timestamp(text: &str) -> Result<Timestamp, String> {
+    let now = u32::try_from(chrono::Utc::now().timestamp()).unwrap_or(u32::MAX);
+    parse_timestamp(text).and_then(|at| refuse_future(at, now))
 }
 
 /// How far ahead of this machine's clock `--to-timestamp` may be (seconds): clock skew
@@ -186,6 +208,9 @@ impl Command<'_> {
             OffsetsCommand::AcceptConfig { name, force } => {
                 self.accept_config(name, *force, out).await
             }
+            OffsetsCommand::AcceptCluster { name, force } => {
+                self.accept_cluster(name, *force, out).await
+            }
             OffsetsCommand::ImportDebezium(import) => self.import_debezium(import, out).await,
         }
     }
@@ -212,8 +237,8 @@ impl Command<'_> {
         let docs = self.offsets.list().await.map_err(|e| failed("*", e))?;
         let _ = writeln!(
             out,
-            "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}  STATE",
-            "PIPELINE", "POSITION", "AGE", "EPOCH", "LEASE", "EVENTS"
+            "{:<24} {:<22} {:>10} {:>6} {:<28} {:>14}  {:<45} STATE",
+            "PIPELINE", "POSITION", "AGE", "EPOCH", "LEASE", "EVENTS", "CLUSTER"
         );
         for d in &docs {
             let name = id_text(d);
@@ -237,9 +262,10 @@ impl Command<'_> {
             };
             let _ = writeln!(
                 out,
-                "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}  {}",
+                "{name:<24} {position:<22} {age:>10} {:>6} {lease:<28} {:>14}  {:<45} {}",
                 parsed.epoch.unwrap_or(0),
                 parsed.events_committed,
+                cluster(&parsed),
                 state(&parsed, d),
             );
         }

@@ -7,9 +7,10 @@ use bson::{DateTime, Document, doc};
 use mongodb::Client;
 use mongodb::options::WriteConcern;
 
-use super::{CHECK_TIMEOUT, CheckLine, CheckOptions, Largest, human, line, state};
+use super::{CHECK_TIMEOUT, CheckLine, CheckOptions, Largest, human, line, state, warning};
 use crate::config::{Config, PipelineConfig};
 use crate::error::{BridgeError, report};
+use crate::mongo::cluster::ClusterRead;
 use crate::observe::history::{OplogBounds, OplogUnknown, PRIVILEGE_HINT, oplog_bounds};
 use crate::source::stream::{self, Start, StreamSpec};
 
@@ -67,6 +68,8 @@ pub(super) async fn check(
         ));
         return Ok((lines, Vec::new()));
     }
+    let (cluster_line, cluster) = cluster_line(&client).await;
+    lines.push(cluster_line);
     lines.extend(check_privileges(&client, config).await);
     lines.push(check_offsets_write(&client, config, &secrets).await);
     let bounds = oplog_bounds(&client).await;
@@ -75,7 +78,7 @@ pub(super) async fn check(
     for p in &config.pipelines {
         lines.push(check_stream(&client, config, p, &secrets).await);
         if p.may_drop_invalidate() {
-            lines.push(super::warning(format!(
+            lines.push(warning(format!(
                 "pipeline {}: its $match tests operationType without naming invalidate: unless \
                  it lets invalidate events through, a drop or rename of a watched collection \
                  makes the stream close again at the same place and reopen with backoff. \
@@ -84,11 +87,31 @@ pub(super) async fn check(
             )));
         }
         lines.extend(super::images::lines(&client, config, p, &secrets).await);
-        lines.extend(state::offsets_lines(&client, config, p, bounds.as_ref().ok()).await);
+        let bounds = bounds.as_ref().ok();
+        lines.extend(state::offsets_lines(&client, config, p, bounds, cluster.as_ref()).await);
         largest.extend(state::largest_documents(&client, config, p).await);
     }
     client.shutdown().immediate(true).await;
     Ok((lines, largest))
+}
+
+/// The MongoDB cluster the URI reaches, as the server names it (`crate::mongo::cluster`): a
+/// line naming it, or a warning that positions are then not checked against the cluster they
+/// were committed on; and the read, to compare each pipeline's with (`None`: no answer).
+async fn cluster_line(client: &Client) -> (CheckLine, Option<ClusterRead>) {
+    let read = tokio::time::timeout(CHECK_TIMEOUT, crate::mongo::cluster::read(client)).await;
+    let Ok(Ok(found)) = read else {
+        let text = "MongoDB cluster: its identity was not read in time (not checked)";
+        return (warning(text), None);
+    };
+    let checked = match &found {
+        ClusterRead::Known(identity) => line(true, format!("MongoDB cluster: {identity}")),
+        ClusterRead::Unknown(reason) => warning(format!(
+            "MongoDB cluster cannot be named ({reason}): run starts every pipeline without \
+             checking that its position was committed on this cluster"
+        )),
+    };
+    (checked, Some(found))
 }
 
 async fn check_privileges(client: &Client, config: &Config) -> Vec<CheckLine> {

@@ -7,7 +7,9 @@ use mongodb::Client;
 use super::{CHECK_TIMEOUT, CheckLine, Largest, human, line, warning};
 use crate::config::{Config, FullDocument, FullDocumentBeforeChange, PipelineConfig, ValueMode};
 use crate::encode::topics;
+use crate::mongo::cluster::ClusterRead;
 use crate::observe::history::OplogBounds;
+use crate::offsets::cluster::{Check, check};
 use crate::offsets::identity::describe;
 use crate::offsets::operator::OffsetsAdmin;
 use crate::offsets::{OffsetsDoc, StreamIdentity};
@@ -23,11 +25,13 @@ pub(super) async fn offsets_lines(
     config: &Config,
     p: &PipelineConfig,
     bounds: Option<&OplogBounds>,
+    cluster: Option<&ClusterRead>,
 ) -> Vec<CheckLine> {
     let (line, parsed) = offsets_line(client, config, p, bounds).await;
     let mut lines = vec![line];
     lines.extend(super::snapshot::snapshot_line(p, parsed.as_ref()));
     if let Some(parsed) = parsed {
+        lines.extend(cluster.and_then(|found| cluster_line(p, &parsed, found)));
         lines.extend(identity_lines(p, &parsed));
         if let Some((at, error)) = &parsed.failure {
             lines.push(line_failed(p, *at, error));
@@ -44,6 +48,27 @@ fn line_failed(p: &PipelineConfig, at: DateTime, error: &str) -> CheckLine {
         p.name,
         crate::event::rfc3339_seconds(at.timestamp_millis() / 1000)
     ))
+}
+
+/// A failed line when the position was committed on another cluster than the one `found`
+/// (`run` refuses the pipeline; `crate::offsets::cluster`'s rules).
+fn cluster_line(p: &PipelineConfig, stored: &OffsetsDoc, found: &ClusterRead) -> Option<CheckLine> {
+    let (Some(recorded), ClusterRead::Known(reached)) = (&stored.cluster, found) else {
+        return None;
+    };
+    (check(Some(recorded), found) == Check::Differs).then(|| {
+        line(
+            false,
+            format!(
+                "pipeline {}: its position was committed on MongoDB cluster {recorded}, but \
+                 mongodb.uri reaches {reached}: run refuses the pipeline. Remedy: \
+                 mongo-kafka-bridge offsets reset {} --to-now --config FILE (start it on this \
+                 cluster), or mongo-kafka-bridge offsets accept-cluster {} --config FILE (the \
+                 move is intended: this cluster holds that history)",
+                p.name, p.name, p.name
+            ),
+        )
+    })
 }
 
 /// Whether the stored stream identity and key format are the configured ones.

@@ -1,6 +1,7 @@
 //! How `offsets` prints documents: `field: value` lines; a `Timestamp` as
 //! `Timestamp(<seconds>.<increment>) = <RFC 3339> (<age> ago)`, the one form the CLI and the
-//! demo use; and the STATE column of `offsets list` ([`state`]).
+//! demo use; the MongoDB cluster as its description (`replica set "rs0" (replicaSetId …)`);
+//! and the CLUSTER and STATE columns of `offsets list` ([`cluster`], [`state`]).
 
 use std::io::Write;
 
@@ -41,6 +42,12 @@ pub(super) fn print_doc(out: &mut impl Write, d: &Document) {
                 age(t.time)
             ),
             Bson::DateTime(t) => rfc3339(t.timestamp_millis() / 1000),
+            Bson::Document(_) if key == crate::offsets::fields::CLUSTER => {
+                match OffsetsDoc::parse(d).map(|p| p.cluster) {
+                    Ok(Some(cluster)) => cluster.to_string(),
+                    _ => value.clone().into_relaxed_extjson().to_string(),
+                }
+            }
             Bson::Document(token) if key == "resumeToken" => match token.get_str("_data") {
                 Ok(data) if data.len() > 24 => format!("{{_data: \"{}…\"}}", &data[..24]),
                 _ => Bson::Document(token.clone())
@@ -51,6 +58,15 @@ pub(super) fn print_doc(out: &mut impl Write, d: &Document) {
         };
         let _ = writeln!(out, "  {key}: {text}");
     }
+}
+
+/// The CLUSTER column of `offsets list`: the set name (`sharded` for a mongos) and the id,
+/// `none` before one is recorded.
+pub(super) fn cluster(parsed: &OffsetsDoc) -> String {
+    parsed.cluster.as_ref().map_or_else(
+        || "none".to_owned(),
+        |c| format!("{} {}", c.set_name.as_deref().unwrap_or("sharded"), c.id),
+    )
 }
 
 /// The STATE column of `offsets list`: a failure the last owner stopped on, a snapshot copying
