@@ -1,10 +1,16 @@
-//! Two deployments on one Kafka cluster, each with its own MongoDB, both with the default
-//! offsets settings and the same `[bridge] group_id`: each runs its own pipeline. Ordinary
-//! test of this binary (see `main.rs`); it skips when the servers are external.
+//! Deployments side by side, each an ordinary test of this binary (see `main.rs`) that skips
+//! when the servers are external:
 //!
-//! Before: both joined one consumer group on one control topic, so the pipeline's one slot was
-//! assigned to a member of only one deployment; the other delivered nothing (reproduced from
-//! outside: 50/50 and 0/50) and logged only `assigned slots=[]`.
+//! - Two deployments on one Kafka cluster, each with its own MongoDB, both with the default
+//!   offsets settings and the same `[bridge] group_id`: each runs its own pipeline. Before: both
+//!   joined one consumer group on one control topic, so the pipeline's one slot was assigned to
+//!   a member of only one deployment; the other delivered nothing (reproduced from outside:
+//!   50/50 and 0/50) and logged only `assigned slots=[]`.
+//! - An offsets document belongs to one MongoDB cluster (issue 37, item 2): a copy of it on a
+//!   second server is refused there, naming both clusters, with nothing published and nothing
+//!   written; the first cluster reached by another URI resumes with no record twice. Before:
+//!   the second server accepted the foreign resume token, `/readyz` said ready, and the
+//!   pipeline published the second server's changes after it.
 
 use std::time::Duration;
 
@@ -16,6 +22,8 @@ use crate::common::observe::get;
 use crate::common::servers::Instance;
 use crate::common::{eventually, unique};
 use crate::suite::turn;
+
+mod cluster;
 
 const WAIT: Duration = Duration::from_secs(120);
 const WRITES: i32 = 50;

@@ -16,6 +16,7 @@ mod common;
 mod ambiguity;
 mod cases;
 mod check;
+mod cluster;
 mod debezium;
 mod deploy;
 mod exactly_once;
