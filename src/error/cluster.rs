@@ -38,7 +38,7 @@ pub enum ClusterError {
     Unread {
         /// Pipeline name.
         pipeline: String,
-        /// What failed: `no answer within 30 s`, or the driver's failure.
+        /// What failed: `no answer within 45 s`, or the driver's failure.
         what: String,
         /// The driver's error, when there was one (not for a timeout).
         #[source]
@@ -57,6 +57,19 @@ impl ClusterError {
                 ..
             } => classify_mongo(source),
             Self::Unread { source: None, .. } => ErrorClass::Transient,
+        }
+    }
+
+    /// Whether the read could not ask the server because none was selected in time (no answer
+    /// at all, or the driver's server selection gave up): a wrong `replicaSet`, or an outage.
+    pub(crate) fn is_unanswered(&self) -> bool {
+        match self {
+            Self::Unread { source: None, .. } => true,
+            Self::Unread {
+                source: Some(source),
+                ..
+            } => super::is_server_selection(source),
+            Self::Changed { .. } => false,
         }
     }
 

@@ -79,7 +79,7 @@ fn every_error_has_one_class_and_a_bounded_label() {
         (
             BridgeError::Cluster(Box::new(cluster::ClusterError::Unread {
                 pipeline: "p".into(),
-                what: "no answer within 30 s".into(),
+                what: "no answer within 45 s".into(),
                 source: None,
             })),
             ErrorClass::Transient,

@@ -45,9 +45,10 @@ use crate::error::{
     BridgeError, CODE_COMMAND_NOT_FOUND, CODE_UNAUTHORIZED, describe_mongo, mongo_code,
 };
 
-/// Bound of the whole read (the driver's default `serverSelectionTimeoutMS`, so a server being
-/// selected is not cut shorter than any other step of a start).
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound of the whole read: longer than the driver's default `serverSelectionTimeoutMS` (30 s),
+/// so a server that cannot be selected is reported by the driver's own error (which the
+/// lifecycle explains, e.g. as a wrong `replicaSet`), as at any other step of a start.
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Bound of each `find`'s work on the server.
 const FIND_BOUND: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@
 //!
 //! The rules ([`check`]):
 //! - the same `kind` and the same `id`: the same cluster, whatever the URI says (the set name
-//!   is for people; a renamed set keeps its replicaSetId, and the take records the name found);
+//!   is for people: the take records the name found);
 //! - nothing stored (a first start, a document of a version before this check, or after a
 //!   reset or an import): the take records the cluster found;
 //! - another `id`, or another `kind`: another cluster, refused. A change of kind means another
@@ -191,7 +191,7 @@ mod tests {
     fn a_position_resumes_only_on_the_cluster_it_was_committed_on() {
         let a = identity(IdKind::ReplicaSetId, "65f0a1", Some("rs0"));
         let known = |c: &ClusterIdentity| ClusterRead::Known(c.clone());
-        // The same cluster, reached by any URI, under its set's new name too.
+        // The same cluster, reached by any URI, whatever set name it reports.
         assert_eq!(check(Some(&a), &known(&a)), Check::Same);
         let renamed = identity(IdKind::ReplicaSetId, "65f0a1", Some("rs1"));
         assert_eq!(check(Some(&a), &known(&renamed)), Check::Same);

@@ -115,8 +115,8 @@ pub(super) fn is_refusal(error: &BridgeError) -> bool {
 
 /// `error` with what the operator needs to know: a lost history names the position committed
 /// last (history can be lost mid-run, after the run committed more than it started from); a
-/// server-selection failure becomes the replica-set name mismatch behind it, if that is the
-/// cause.
+/// server-selection failure (also of the cluster's identity read, or its timeout) becomes the
+/// replica-set name mismatch behind it, if that is the cause.
 pub(super) async fn explain(
     ctx: &PipelineContext,
     store: &OffsetsStore,
@@ -145,6 +145,11 @@ pub(super) async fn explain(
         BridgeError::Source { ref source, .. } | BridgeError::Checkpoint { ref source, .. }
             if crate::error::is_server_selection(source) =>
         {
+            crate::mongo::replica_set_mismatch(&ctx.config)
+                .await
+                .unwrap_or(error)
+        }
+        BridgeError::Cluster(ref e) if e.is_unanswered() => {
             crate::mongo::replica_set_mismatch(&ctx.config)
                 .await
                 .unwrap_or(error)
@@ -314,7 +319,7 @@ mod tests {
         // No answer in time: an outage, retried for as long as it lasts.
         let unanswered = cluster(ClusterError::Unread {
             pipeline: "p".into(),
-            what: "no answer within 30 s".into(),
+            what: "no answer within 45 s".into(),
             source: None,
         });
         for _ in 0..20 {
