@@ -178,7 +178,7 @@ async fn a_real_prometheus_scrapes_the_key_series_with_sensible_values() {
     assert_eq!(code, 200);
     assert_eq!(
         rules.matches("\"type\":\"alerting\"").count(),
-        11,
+        12,
         "{rules}"
     );
     bridge.shutdown();
