@@ -31,8 +31,8 @@ pub mod split;
 
 pub(crate) use classify::{
     CODE_COMMAND_NOT_FOUND, CODE_DUPLICATE_KEY, CODE_NO_MATCHING_DOCUMENT, CODE_UNAUTHORIZED,
-    CODE_UNKNOWN_STAGE,
-    is_auth_failure, is_history_lost, is_oversize, is_server_selection, mongo_code,
+    CODE_UNKNOWN_STAGE, is_auth_failure, is_history_lost, is_oversize, is_server_selection,
+    mongo_code,
 };
 pub(crate) use report::describe_mongo;
 pub use report::{KINDS, redact, report};

@@ -41,6 +41,8 @@ pub(crate) struct TopicInfo {
     pub name: String,
     /// Partition count.
     pub partitions: usize,
+    /// The fewest replicas any of its partitions has.
+    pub replicas: usize,
 }
 
 /// What the cluster's metadata says.
@@ -139,6 +141,12 @@ impl KafkaAdmin {
                     .map(|t| TopicInfo {
                         name: t.name().to_owned(),
                         partitions: t.partitions().len(),
+                        replicas: t
+                            .partitions()
+                            .iter()
+                            .map(|p| p.replicas().len())
+                            .min()
+                            .unwrap_or(0),
                     })
                     .collect(),
             })

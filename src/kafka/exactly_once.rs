@@ -151,6 +151,9 @@ pub(crate) fn read_latest(
                 return Ok(latest);
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
+            // One broker of several down (a node killed): librdkafka reports it through the
+            // poll and goes on with the others; the deadline bounds the read.
+            Some(Err(e)) if transient(&e) => {}
             Some(Err(e)) => return Err(describe(e)),
             Some(Ok(message)) => {
                 let offset = message.offset();
@@ -171,6 +174,23 @@ pub(crate) fn read_latest(
             }
         }
     }
+}
+
+/// A consumer error that is a broker's connection state, not the read's failure.
+fn transient(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::Resolve
+                | C::OperationTimedOut
+                | C::NotCoordinator
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+        )
+    )
 }
 
 /// The startup reader's client context: the end of the partition is how the read ends, not

@@ -44,7 +44,7 @@ mod ahead;
 pub mod checks;
 pub mod evidence;
 mod fence;
-mod freeze;
+pub mod freeze;
 mod gap;
 mod kill9;
 mod reset;

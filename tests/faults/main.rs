@@ -272,7 +272,10 @@ async fn fault_suite() {
             // Each round's configurations and logs in a directory of its own.
             let dir = dir.join(format!("round-{round}"));
             std::fs::create_dir_all(&dir).unwrap();
-            say!("round {round} of {rounds} (MKB_FAULTS_REPEAT), logs in {}", dir.display());
+            say!(
+                "round {round} of {rounds} (MKB_FAULTS_REPEAT), logs in {}",
+                dir.display()
+            );
             let round_ctx = Ctx {
                 script: ctx.script.clone(),
                 long,

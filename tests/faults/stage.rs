@@ -1,6 +1,7 @@
 //! The set-up of a single-pipeline scenario, at least once or exactly once: servers of its own,
-//! the pipeline `p` on `<db>.t` with its topic (3 partitions), the load's update documents, the
-//! configuration file, consumers, and the bridge processes, their logs in the run's directory.
+//! the pipeline `p` on `<db>.t` with its topic (3 partitions, on every node of a cluster), the
+//! load's update documents, the configuration file, consumers, and the bridge processes, their
+//! logs in the run's directory.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -58,7 +59,15 @@ impl Stage {
         let inst = ctx.up(scenario, extra);
         let mut cfg = Cfg::new(&inst.mongo_uri, &inst.kafka, db);
         edit(&mut cfg);
-        create_topic_at(&inst.kafka, &cfg.topic(), 3, &[]).await;
+        if inst.nodes > 1 {
+            // Replicated: a partition whose only replica is down has no leader, and Kafka skips
+            // the transaction markers of a partition without one ("likely deleted already"),
+            // so an abort while it is down would leave its records to the next commit.
+            let replicas = i32::try_from(inst.nodes).expect("a few nodes");
+            crate::cluster::create_replicated(&inst.kafka, &cfg.topic(), 3, replicas).await;
+        } else {
+            create_topic_at(&inst.kafka, &cfg.topic(), 3, &[]).await;
+        }
         let client = inst.client().await;
         let coll = client.database(&cfg.db).collection::<Document>(COLL);
         if keys > 0 {

@@ -1,6 +1,7 @@
 //! The exactly-once half of `check` (pipelines with `delivery = "exactly_once"`): whether the
 //! broker supports transactions, and whether the pipelines' progress topics exist compacted
-//! and another can be created so.
+//! and another can be created so, and whether each known target topic survives the loss of a
+//! broker (a transaction's markers need every partition it wrote to have a leader).
 //!
 //! Invariant: `check`'s one write is here: `init_transactions` for the transactional id
 //! `<transactional_id_prefix>check` (librdkafka has no public ApiVersions call to ask the
@@ -23,10 +24,44 @@ pub(super) async fn check(
     if !config.any_exactly_once() {
         return Vec::new();
     }
-    vec![
+    let mut lines = vec![
         transactions_line(config).await,
         progress_line(config, cluster, admin).await,
-    ]
+    ];
+    lines.extend(replication_lines(config, cluster));
+    lines
+}
+
+/// A warning for each known target topic of an exactly-once pipeline with a single replica in
+/// a cluster of several brokers: while that broker is down its partitions have no leader, and
+/// the transaction coordinator skips the markers of a partition without one ("likely deleted
+/// already", Kafka's `TransactionMarkerChannelManager`), so a transaction aborted meanwhile
+/// leaves its records there, and the producer's next commit makes them visible (seen in the
+/// fault suite's `stallcoord` on a topic of replication factor 1).
+fn replication_lines(config: &Config, cluster: &ClusterInfo) -> Vec<CheckLine> {
+    if cluster.brokers < 2 {
+        return Vec::new();
+    }
+    let prefix = &config.kafka.topic_prefix;
+    config
+        .pipelines
+        .iter()
+        .filter(|p| p.delivery == crate::config::Delivery::ExactlyOnce)
+        .filter_map(|p| {
+            let topic = crate::encode::topics::known(p, prefix)?;
+            let info = cluster.topics.iter().find(|t| t.name == topic)?;
+            (info.replicas == 1).then(|| {
+                warning(format!(
+                    "pipeline {}: topic {topic} has 1 replica in a cluster of {} brokers: a \
+                     transaction aborted while its broker is down keeps its records there \
+                     (Kafka skips the markers of a partition without a leader) and the next \
+                     commit makes them visible. Remedy: replication factor 3 and \
+                     min.insync.replicas 2 for exactly-once topics",
+                    p.name, cluster.brokers
+                ))
+            })
+        })
+        .collect()
 }
 
 async fn transactions_line(config: &Config) -> CheckLine {
@@ -117,5 +152,43 @@ async fn progress_line(config: &Config, cluster: &ClusterInfo, admin: &KafkaAdmi
                  WRITE, READ and DESCRIBE on the topic prefix {prefix:?} (a prefixed ACL)"
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::admin::TopicInfo;
+
+    fn cluster(brokers: usize, replicas: usize) -> ClusterInfo {
+        ClusterInfo {
+            brokers,
+            broker_id: Some(1),
+            topics: vec![TopicInfo {
+                name: "shop.orders".into(),
+                partitions: 3,
+                replicas,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_single_replica_topic_of_an_exactly_once_pipeline_is_warned_in_a_cluster() {
+        let text = "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
+                    [[pipelines]]\nname = \"p\"\ndatabase = \"shop\"\ncollection = \"orders\"\n\
+                    delivery = \"exactly_once\"\n";
+        let config = Config::from_toml(text, std::iter::empty()).expect("valid");
+        let warned = replication_lines(&config, &cluster(3, 1));
+        assert_eq!(warned.len(), 1);
+        assert!(
+            warned[0].text.contains("shop.orders has 1 replica"),
+            "{}",
+            warned[0].text
+        );
+        assert!(replication_lines(&config, &cluster(3, 3)).is_empty());
+        assert!(
+            replication_lines(&config, &cluster(1, 1)).is_empty(),
+            "one broker: nothing to lose over"
+        );
     }
 }

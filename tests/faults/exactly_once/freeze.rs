@@ -170,7 +170,12 @@ async fn freeze_once(
 
 /// The evidence of repeats: the progress partition's tail and the data partitions around the
 /// repeats, as offset:C|A (committed or aborted for read_committed).
-async fn print_evidence(bootstrap: &str, offsets_db: &str, uncommitted: &[Rec], committed: &[Rec]) {
+pub async fn print_evidence(
+    bootstrap: &str,
+    offsets_db: &str,
+    uncommitted: &[Rec],
+    committed: &[Rec],
+) {
     let pu = progress_records(bootstrap, offsets_db, Isolation::Uncommitted).await;
     let pc = progress_records(bootstrap, offsets_db, Isolation::Committed).await;
     let last = pu.last().map_or(0, |p| p.offset);

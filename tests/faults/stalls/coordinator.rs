@@ -12,6 +12,7 @@ use crate::common::kafka::Isolation;
 use crate::common::load::{Truth, start_load};
 use crate::common::records::read;
 use crate::exactly_once::checks::{check_exactly_once, wait_committed};
+use crate::exactly_once::freeze::print_evidence;
 use crate::say;
 use crate::stage::Stage;
 use crate::suite::{Ctx, Row};
@@ -89,6 +90,18 @@ pub async fn coordinator_killed(ctx: &Ctx) -> Vec<Row> {
     row.check(status.success(), || format!("graceful stop: {status}"));
     let committed = read(&inst.kafka, &cfg.topic(), Isolation::Committed).await;
     let v = check_exactly_once(&mut row, &truth, &committed);
+    if v.duplicates > 0 {
+        let uncommitted = read(&inst.kafka, &cfg.topic(), Isolation::Uncommitted).await;
+        print_evidence(&inst.kafka, &cfg.offsets_db(), &uncommitted, &committed).await;
+        // The brokers' logs and data as evidence (the instance is wiped when it is dropped).
+        let src = std::path::PathBuf::from(std::env::var("MKB_SERVICES_DIR").unwrap_or_default())
+            .join(&inst.name);
+        let _ = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(&src)
+            .arg(ctx.dir.join("servers"))
+            .status();
+    }
     say!(
         "stallcoord: committing again {recovered:.1} s after the kill, {restarts} pipeline \
          restart(s); {acked} writes: {} delivered, {} missing, {} duplicates",
