@@ -34,11 +34,24 @@ pub(crate) const PROTECTED: [(&str, &str); 4] = [
 /// own default, set explicitly because it is a measured choice: 10 ms doubled the median
 /// write → consumer latency at 2 000 events/s with no catch-up gain, 1 ms tripled the p99
 /// (more, smaller produce requests); see BENCHMARKS.md.
-const DEFAULTS: [(&str, &str); 2] = [("linger.ms", "5"), ("client.id", "mongo-kafka-bridge")];
+/// `reconnect.backoff.max.ms` = [`RECONNECT_BACKOFF_MAX_MS`] for every client.
+const DEFAULTS: [(&str, &str); 3] = [
+    ("linger.ms", "5"),
+    ("client.id", "mongo-kafka-bridge"),
+    ("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS),
+];
+
+/// Every client's default `reconnect.backoff.max.ms` (librdkafka's is 10 000): after a broker
+/// restart a client retries its connection at most this long after the broker listens again,
+/// so commits resume within seconds (fault scenario `stall`, kill -9 and restart: up to 10.4 s
+/// after the broker answered with librdkafka's default). A down broker then costs one connect
+/// attempt per client every 2 s.
+pub(crate) const RECONNECT_BACKOFF_MAX_MS: &str = "2000";
 
 /// Properties of `[kafka.properties]` that every client (not only the producer) takes: the
 /// connection and security settings. Producer-only ones would make an admin client warn.
-const SHARED_PREFIXES: [&str; 7] = [
+const SHARED_PREFIXES: [&str; 8] = [
+    "reconnect.",
     "security.",
     "sasl.",
     "ssl.",
@@ -105,7 +118,8 @@ pub(crate) fn pipeline_producer_config(
 /// servers plus the connection and security properties of `[kafka.properties]`.
 pub(crate) fn admin_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut out = ClientConfig::new();
-    out.set("bootstrap.servers", &kafka.bootstrap_servers);
+    out.set("bootstrap.servers", &kafka.bootstrap_servers)
+        .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS);
     for (key, value) in &kafka.properties {
         if SHARED_PREFIXES.iter().any(|prefix| key.starts_with(prefix)) {
             out.set(key, value.to_string());

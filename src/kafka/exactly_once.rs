@@ -201,7 +201,13 @@ impl ClientContext for Reader {
     fn error(&self, error: KafkaError, reason: &str) {
         let end = matches!(error, KafkaError::PartitionEOF(_))
             || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
-        if !end {
+        if end {
+            return;
+        }
+        if transient(&error) {
+            // A broker down while the read goes on: the pipeline's clients say so already.
+            tracing::debug!(error = %error, reason, "reading the progress topic");
+        } else {
             tracing::warn!(error = %error, reason, "reading the progress topic");
         }
     }
