@@ -237,6 +237,17 @@ impl PipelineMetrics {
             .with_label_values(&[&self.name, outcome])
             .inc();
     }
+    /// Positions this pipeline has committed since the process started: offsets writes that
+    /// moved the position (`ok`, not lease renewals) and committed Kafka transactions.
+    pub fn positions_committed(&self) -> u64 {
+        let writes = self
+            .family
+            .checkpoint
+            .commits
+            .with_label_values(&[&self.name, "ok"])
+            .get();
+        writes + self.transactions().committed.get()
+    }
     /// Counts an error at `stage` of `class` (`transient` | `fatal`).
     pub fn error(&self, stage: &str, class: &str) {
         self.family
