@@ -29,6 +29,7 @@ mod report;
 pub mod snapshot;
 pub mod split;
 
+pub use classify::ErrorClass;
 pub(crate) use classify::{
     CODE_COMMAND_NOT_FOUND, CODE_DUPLICATE_KEY, CODE_NO_MATCHING_DOCUMENT, CODE_UNAUTHORIZED,
     CODE_UNKNOWN_STAGE, is_auth_failure, is_history_lost, is_oversize, is_server_selection,
@@ -36,20 +37,6 @@ pub(crate) use classify::{
 };
 pub(crate) use report::describe_mongo;
 pub use report::{KINDS, redact, report};
-
-/// What a failure calls for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// An outage or a momentary failure: restart the pipeline from its committed resume token,
-    /// with capped jittered backoff, for as long as it lasts.
-    Transient,
-    /// Usually needs an operator, but can be momentary (a topic being created, a replica set
-    /// being reconfigured): restarted up to `[bridge] persistent_error_attempts` consecutive
-    /// times, then the pipeline stops with the fix named.
-    Persistent,
-    /// Stop: drain and commit the other pipelines, then exit non-zero with the message.
-    Fatal,
-}
 
 /// Every failure a pipeline or the process can meet.
 #[derive(Debug, thiserror::Error)]
@@ -92,21 +79,8 @@ pub enum BridgeError {
     #[error("the snapshot's copy stopped rather than finish short")]
     CopyCheck(#[source] Box<snapshot::CopyCheckError>),
     /// A running snapshot was started with another `snapshot_filter`: resuming would mix two.
-    #[error(
-        "pipeline {pipeline:?} has a snapshot running with snapshot_filter {stored}, but the \
-         configuration now says {configured}: resuming would copy the rest under another filter. \
-         Restore the filter until the snapshot finished (`offsets show {pipeline}`), or start \
-         over with `mongo-kafka-bridge offsets reset {pipeline} --to-now --config FILE` and \
-         then `mongo-kafka-bridge snapshot {pipeline} --config FILE`"
-    )]
-    SnapshotFilterChanged {
-        /// Pipeline name.
-        pipeline: String,
-        /// The running snapshot's filter (canonical Extended JSON).
-        stored: String,
-        /// The configured one.
-        configured: String,
-    },
+    #[error(transparent)]
+    SnapshotFilterChanged(Box<snapshot::FilterChanged>),
     /// The resume token is no longer in the oplog (codes 286 / 280).
     #[error(
         "pipeline {pipeline:?} cannot resume: its committed resume token (clusterTime {cluster_time}) \
@@ -222,6 +196,23 @@ pub enum BridgeError {
     DeliveryCancelled {
         /// Pipeline name.
         pipeline: String,
+    },
+    /// A record stayed unacknowledged for most of `message.timeout.ms`: the run ends with every
+    /// queued record purged at once, before librdkafka would time them out one by one
+    /// (`relay/stall.rs` says why).
+    #[error(
+        "kafka delivery stalled on pipeline {pipeline:?}: a record for topic {topic:?} waited \
+         {waited_ms} ms for its acknowledgement (message.timeout.ms {timeout_ms})"
+    )]
+    DeliveryStalled {
+        /// Pipeline name.
+        pipeline: String,
+        /// The topic of the record that waited.
+        topic: String,
+        /// How long the oldest record had waited (ms).
+        waited_ms: u64,
+        /// The producer's `message.timeout.ms`.
+        timeout_ms: u64,
     },
     /// The Kafka producer could not be created or configured.
     #[error("kafka producer could not be created")]

@@ -10,12 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use mongo_kafka_bridge::Config;
 use mongo_kafka_bridge::cli::check;
-use mongo_kafka_bridge::cli::offsets::{
-    self as offsets_cli, DebeziumOffsets, ImportDebezium, OffsetsCommand, ResetTo,
-};
+use mongo_kafka_bridge::cli::offsets::args::OffsetsArgs;
+use mongo_kafka_bridge::cli::offsets::{self as offsets_cli, OffsetsCommand};
 use mongo_kafka_bridge::error::{BridgeError, report};
 use mongo_kafka_bridge::observe::status::{self, Status};
 use mongo_kafka_bridge::observe::telemetry::{self, LogFormat};
@@ -76,97 +75,6 @@ enum Command {
         #[command(subcommand)]
         command: OffsetsArgs,
     },
-}
-
-#[derive(Debug, Subcommand)]
-enum OffsetsArgs {
-    /// One line per offsets document (and per configured pipeline without one).
-    List,
-    /// Every field of one pipeline's offsets document.
-    Show {
-        /// Pipeline name.
-        name: String,
-    },
-    /// Move a pipeline's position (no token; it starts there next time) or delete it. Refused
-    /// while a live instance holds the pipeline, unless --force.
-    Reset(ResetArgs),
-    /// Accept the configured scope and `pipeline` stages for a pipeline committed under others:
-    /// it resumes from its position. Refused while a live instance holds it, unless --force.
-    AcceptConfig(AcceptArgs),
-    /// Accept the MongoDB cluster the configuration reaches for a pipeline committed on another
-    /// (the move is intended): it resumes from its position. Refused like accept-config.
-    AcceptCluster(AcceptArgs),
-    /// Store another system's position as a pipeline's (the move without a gap).
-    #[command(subcommand)]
-    Import(ImportArgs),
-}
-
-#[derive(Debug, Args)]
-struct AcceptArgs {
-    /// Pipeline name.
-    name: String,
-    /// Proceed although a live instance holds the pipeline (it is fenced, and resumes).
-    #[arg(long)]
-    force: bool,
-}
-
-#[derive(Debug, Subcommand)]
-enum ImportArgs {
-    /// The position of Debezium's MongoDB connector, from Kafka Connect (README "Moving from
-    /// Debezium"); refused while a live instance holds the pipeline, unless --force.
-    Debezium(DebeziumArgs),
-}
-
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("from").required(true).args(["offsets", "connect_offsets_topic"])))]
-struct DebeziumArgs {
-    /// Pipeline name.
-    name: String,
-    /// The JSON of Kafka Connect's GET /connectors/NAME/offsets: a file, or - for stdin.
-    #[arg(long, value_name = "FILE")]
-    offsets: Option<PathBuf>,
-    /// Read the offsets from this Kafka Connect offsets topic (the distributed worker's
-    /// offset.storage.topic) on [kafka] bootstrap_servers.
-    #[arg(long, value_name = "TOPIC", requires = "connector")]
-    connect_offsets_topic: Option<String>,
-    /// The connector's name in Kafka Connect (with --connect-offsets-topic).
-    #[arg(long)]
-    connector: Option<String>,
-    /// The connector's topic.prefix (the offsets' server_id); default: the pipeline's
-    /// [pipelines.debezium] topic_prefix.
-    #[arg(long)]
-    server_id: Option<String>,
-    /// When the offsets hold no single partition of the current form {"server_id": …} (only
-    /// an older Debezium's per replica set, per shard or per task generation ones): resume
-    /// after the oldest of them (by sec/ord) instead of refusing. Nothing is lost; the events
-    /// between it and the newer positions are published again (duplicates).
-    #[arg(long)]
-    use_oldest: bool,
-    /// Proceed although a live instance holds the pipeline: it is fenced, and restarts from
-    /// the imported position.
-    #[arg(long)]
-    force: bool,
-}
-
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["to_now", "to_timestamp", "delete"])))]
-struct ResetArgs {
-    /// Pipeline name.
-    name: String,
-    /// Start at the deployment's current cluster time (the changes until now are skipped).
-    #[arg(long)]
-    to_now: bool,
-    /// Start at this cluster time: RFC 3339, <seconds>.<increment> or Unix seconds.
-    #[arg(long, value_name = "T")]
-    to_timestamp: Option<String>,
-    /// Forget the position (the document keeps its raised epoch, its sequences and streamUid): the next start
-    /// follows the pipeline's `start_at`.
-    #[arg(long)]
-    delete: bool,
-    /// Proceed although a live instance holds the pipeline: it is fenced, and restarts from the
-    /// new position (or another instance takes the pipeline there).
-    #[arg(long)]
-    force: bool,
 }
 
 fn main() -> ExitCode {
@@ -235,7 +143,7 @@ fn main() -> ExitCode {
             name, namespace, ..
         } => runtime.block_on(run_snapshot(config, name, namespace.as_deref(), &secrets)),
         Command::Offsets { command, .. } => {
-            let Some(command) = offsets_command(command) else {
+            let Some(command) = command.command() else {
                 return ExitCode::from(2);
             };
             runtime.block_on(run_offsets(config, command, &secrets))
@@ -307,57 +215,6 @@ async fn run_check(config: &Config, options: &check::CheckOptions, secrets: &[&s
             ExitCode::from(2)
         }
     }
-}
-
-fn offsets_command(args: OffsetsArgs) -> Option<OffsetsCommand> {
-    Some(match args {
-        OffsetsArgs::List => OffsetsCommand::List,
-        OffsetsArgs::Show { name } => OffsetsCommand::Show { name },
-        OffsetsArgs::AcceptConfig(AcceptArgs { name, force }) => {
-            OffsetsCommand::AcceptConfig { name, force }
-        }
-        OffsetsArgs::AcceptCluster(AcceptArgs { name, force }) => {
-            OffsetsCommand::AcceptCluster { name, force }
-        }
-        OffsetsArgs::Import(ImportArgs::Debezium(args)) => import_debezium(args)?,
-        OffsetsArgs::Reset(r) => {
-            let to = match (r.to_now, r.to_timestamp, r.delete) {
-                (true, _, _) => ResetTo::Now,
-                (_, Some(t), _) => match offsets_cli::reset_timestamp(&t) {
-                    Ok(ts) => ResetTo::Timestamp(ts),
-                    Err(e) => {
-                        eprintln!("error: --to-timestamp: {e}");
-                        return None;
-                    }
-                },
-                _ => ResetTo::Delete,
-            };
-            OffsetsCommand::Reset {
-                name: r.name,
-                to,
-                force: r.force,
-            }
-        }
-    })
-}
-
-/// `offsets import debezium`'s command; `None` (after printing why) when the offsets cannot be
-/// read.
-fn import_debezium(args: DebeziumArgs) -> Option<OffsetsCommand> {
-    let from = match (args.offsets, args.connect_offsets_topic, args.connector) {
-        (Some(path), _, _) => DebeziumOffsets::read(&path)
-            .map_err(|e| eprintln!("error: --offsets {}: {e}", path.display()))
-            .ok()?,
-        (None, Some(topic), Some(connector)) => DebeziumOffsets::Topic { topic, connector },
-        _ => return None, // clap requires one of them
-    };
-    Some(OffsetsCommand::ImportDebezium(ImportDebezium {
-        name: args.name,
-        from,
-        server_id: args.server_id,
-        use_oldest: args.use_oldest,
-        force: args.force,
-    }))
 }
 
 async fn run_offsets(config: Config, command: OffsetsCommand, secrets: &[&str]) -> ExitCode {

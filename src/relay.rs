@@ -61,6 +61,7 @@ pub(crate) mod exactly_once;
 mod intake;
 mod publish;
 mod snapshot;
+mod stall;
 pub(crate) mod window;
 
 /// What a window entry yields once it and everything before it is delivered.
@@ -317,6 +318,9 @@ impl Relay {
                 _ = tick.tick() => {
                     self.health.beat();
                     self.publish_gauges();
+                    if let Some(error) = self.stalled() {
+                        return Err(error);
+                    }
                     if let Some(reason) = self.sink.authentication_failure() {
                         self.abort_transaction().await;
                         return Err(BridgeError::KafkaAuthentication {

@@ -32,6 +32,7 @@ use crate::event::format_timestamp;
 use crate::offsets::OffsetsDoc;
 use crate::offsets::operator::OffsetsAdmin;
 
+pub mod args;
 mod change;
 mod cluster;
 mod debezium;

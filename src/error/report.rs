@@ -112,7 +112,7 @@ impl ErrorClass {
 
 /// Every [`BridgeError::kind`], so the metrics can show each at zero before it first fires
 /// (an alert on `increase(…)` misses a series' first value).
-pub const KINDS: [&str; 30] = [
+pub const KINDS: [&str; 31] = [
     "config",
     "source",
     "snapshot",
@@ -127,6 +127,7 @@ pub const KINDS: [&str; 30] = [
     "oversize",
     "dead_letter",
     "delivery_cancelled",
+    "delivery_stalled",
     "producer",
     "topic_creation",
     "checkpoint",
@@ -155,7 +156,7 @@ impl BridgeError {
             // as the same kind.
             Self::Source { .. } | Self::MissingPreImage(_) => "source",
             Self::Copy { .. } => "snapshot",
-            Self::SnapshotFilterChanged { .. } => "snapshot_filter",
+            Self::SnapshotFilterChanged(_) => "snapshot_filter",
             Self::CopyCheck(_) => "snapshot_check",
             Self::StreamClosed { .. } => "invalidate",
             Self::HistoryLost { .. } => "history_lost",
@@ -167,6 +168,7 @@ impl BridgeError {
             Self::Oversize { .. } => "oversize",
             Self::DeadLetterRefused { .. } => "dead_letter",
             Self::DeliveryCancelled { .. } => "delivery_cancelled",
+            Self::DeliveryStalled { .. } => "delivery_stalled",
             Self::Producer(_) => "producer",
             Self::TopicCreation { .. } => "topic_creation",
             Self::Checkpoint { .. } => "checkpoint",
@@ -221,6 +223,10 @@ impl BridgeError {
                 "this is a bug of the bridge: please report it with the log lines above"
             }
             (Self::ReplicaSetMismatch { .. }, _) => "correct replicaSet in mongodb.uri",
+            (Self::DeliveryStalled { .. }, _) => {
+                "a broker acknowledges too slowly or not at all: check the brokers and the \
+                 network to them; the records are published again from the committed position"
+            }
             (Self::MissingPreImage(_), _) => super::images::REMEDY,
             _ if self.mongo_source().is_some_and(|e| {
                 super::mongo_code(e) == Some(super::CODE_NO_MATCHING_DOCUMENT)

@@ -56,3 +56,22 @@ pub enum CopyCheckError {
         changes: u64,
     },
 }
+
+/// A running snapshot was started with another `snapshot_filter`: resuming would copy the rest
+/// under another filter.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "pipeline {pipeline:?} has a snapshot running with snapshot_filter {stored}, but the \
+     configuration now says {configured}: resuming would copy the rest under another filter. \
+     Restore the filter until the snapshot finished (`offsets show {pipeline}`), or start \
+     over with `mongo-kafka-bridge offsets reset {pipeline} --to-now --config FILE` and \
+     then `mongo-kafka-bridge snapshot {pipeline} --config FILE`"
+)]
+pub struct FilterChanged {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// The running snapshot's filter (canonical Extended JSON).
+    pub stored: String,
+    /// The configured one.
+    pub configured: String,
+}

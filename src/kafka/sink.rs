@@ -43,6 +43,8 @@ pub(crate) struct KafkaSink {
     pub(super) initialized: Arc<std::sync::atomic::AtomicBool>,
     /// What the producer's context records of an authentication failure.
     pub(super) authentication: AuthenticationFailure,
+    /// The producer's effective `message.timeout.ms` (0: none).
+    pub(super) message_timeout: Duration,
 }
 
 impl KafkaSink {
@@ -67,13 +69,24 @@ impl KafkaSink {
         let authentication = context.authentication();
         let config =
             pipeline_producer_config(kafka, message_timeout_ms, transactional_id, batch_size);
+        let message_timeout = config
+            .get("message.timeout.ms")
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::ZERO, Duration::from_millis);
         let producer: SinkProducer = config.create_with_context(context)?;
         Ok(Self {
+            message_timeout,
             producer: Arc::new(Detached::new(producer)),
             transactional_id: transactional_id.map(Arc::from),
             initialized: Arc::default(),
             authentication,
         })
+    }
+
+    /// The producer's effective `message.timeout.ms`, the default or `[kafka.properties]`'s
+    /// (`Duration::ZERO`: records never time out).
+    pub(crate) fn message_timeout(&self) -> Duration {
+        self.message_timeout
     }
 
     /// librdkafka's reason when the producer failed to authenticate (see

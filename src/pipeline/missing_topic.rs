@@ -4,7 +4,8 @@
 //! `topic.metadata.propagation.max.ms` (30 s by default) and only then reports it unknown. Our
 //! `message.timeout.ms` (the lease's share, 13 s by default) runs out first, so the delivery
 //! fails with `MessageTimedOut`, which alone reads as an outage and would be retried forever
-//! while the pipeline looked healthy. After a run that failed so, [`explain`] asks the cluster
+//! while the pipeline looked healthy (or, earlier still, the relay's stall deadline ends the run,
+//! `relay/stall.rs`). After a run that failed so, [`explain`] asks the cluster
 //! for its topics:
 //! - the topic is not listed: the error becomes the unknown-topic error it is (persistent:
 //!   retried `[bridge] persistent_error_attempts` times, then the pipeline stops with the
@@ -27,22 +28,24 @@ use crate::kafka::admin::ADMIN_TIMEOUT;
 /// `error` explained: a delivery that timed out or was refused as unknown, for a topic the
 /// cluster does not list, is an unknown-topic error; the pipeline's health and metric say so.
 pub(super) async fn explain(ctx: &PipelineContext, error: BridgeError) -> BridgeError {
-    let BridgeError::Delivery {
-        pipeline, topic, ..
-    } = &error
-    else {
-        return error;
+    let (pipeline, topic) = match &error {
+        BridgeError::Delivery {
+            pipeline,
+            topic,
+            source,
+        } if matches!(
+            source.rdkafka_error_code(),
+            Some(C::MessageTimedOut | C::UnknownTopic | C::UnknownTopicOrPartition)
+        ) =>
+        {
+            (pipeline, topic)
+        }
+        // The relay's own deadline, before librdkafka's timeout (`relay/stall.rs`).
+        BridgeError::DeliveryStalled {
+            pipeline, topic, ..
+        } => (pipeline, topic),
+        _ => return error,
     };
-    let code = match &error {
-        BridgeError::Delivery { source, .. } => source.rdkafka_error_code(),
-        _ => None,
-    };
-    if !matches!(
-        code,
-        Some(C::MessageTimedOut | C::UnknownTopic | C::UnknownTopicOrPartition)
-    ) {
-        return error;
-    }
     let Ok(cluster) = ctx.admin.metadata(ADMIN_TIMEOUT).await else {
         return error;
     };

@@ -303,7 +303,7 @@ impl Relay {
         let delivered = deliveries.wait(operation_type);
         self.window.push_event(
             p.bytes,
-            at,
+            (at, p.topic),
             futures::FutureExt::map(delivered, |out| out.map(|()| Mark::Stream(position))),
         );
     }

@@ -119,6 +119,6 @@ impl Relay {
         let at = deliveries.enqueued_at;
         let delivered = deliveries.wait(operation_type);
         let entry = futures::FutureExt::map(delivered, |out| out.map(|()| mark));
-        self.window.push_event(bytes, at, entry);
+        self.window.push_event(bytes, (at, topic), entry);
     }
 }

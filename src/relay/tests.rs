@@ -158,3 +158,30 @@ async fn a_record_larger_than_the_producer_queue_is_refused_as_too_large_not_wai
     let error = fails_on(relay, insert(&"k".repeat(3000))).await;
     assert!(matches!(error, BridgeError::Oversize { .. }), "{error:?}");
 }
+
+#[tokio::test]
+async fn an_unacknowledged_record_ends_the_run_before_librdkafka_times_it_out() {
+    // GIVEN at-least-once records that no broker acknowledges, message.timeout.ms 4000
+    let sink = unreachable_sink(&[("message.timeout.ms", 4000)]);
+    let (relay, safe) = relay(sink, Duration::from_secs(1));
+    let started = Instant::now();
+    // WHEN the relay runs
+    let error = fails_on(relay, insert("a")).await;
+    // THEN the run ends with the stall, naming the record's topic, after the deadline (3 s)
+    // and before librdkafka's own timeout would fail the record alone
+    assert!(
+        matches!(&error, BridgeError::DeliveryStalled { topic, timeout_ms: 4000, .. }
+            if topic == "shop.orders"),
+        "{error:?}"
+    );
+    assert!(
+        error.is_producer_failure(),
+        "the producer is purged and rebuilt"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(*safe.borrow(), Safe::default());
+}

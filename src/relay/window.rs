@@ -28,6 +28,7 @@
 //! before them was delivered (case C03).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
@@ -48,7 +49,8 @@ pub(crate) struct Completed<T> {
 /// Ordered in-flight entries with count and byte accounting.
 pub(crate) struct OrderedWindow<T, E> {
     entries: FuturesOrdered<BoxFuture<'static, Result<Completed<T>, E>>>,
-    pushed_at: VecDeque<Instant>,
+    /// Each entry's push time, and an event's topic (for the stall error, `relay/stall.rs`).
+    pushed_at: VecDeque<(Instant, Option<Arc<str>>)>,
     events: usize,
     bytes: usize,
 }
@@ -70,17 +72,17 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
         }
     }
 
-    /// Appends an event entry holding `bytes`, enqueued `at`, whose `future` resolves when all
-    /// its records are delivered (`Ok(position)`) or one failed (`Err`).
+    /// Appends an event entry holding `bytes`, enqueued `at` for `topic`, whose `future`
+    /// resolves when all its records are delivered (`Ok(position)`) or one failed (`Err`).
     pub(crate) fn push_event(
         &mut self,
         bytes: usize,
-        at: Instant,
+        (at, topic): (Instant, Arc<str>),
         future: impl Future<Output = Result<T, E>> + Send + 'static,
     ) {
         self.events += 1;
         self.bytes += bytes;
-        self.pushed_at.push_back(at);
+        self.pushed_at.push_back((at, Some(topic)));
         // A combinator, not an `async` block: a block would hold `future` twice (captured,
         // then awaited), doubling what every in-flight entry reserves.
         let entry = future.map(move |out| {
@@ -95,7 +97,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
 
     /// Appends a position that is complete as soon as everything before it is.
     pub(crate) fn push_watermark(&mut self, position: T) {
-        self.pushed_at.push_back(Instant::now());
+        self.pushed_at.push_back((Instant::now(), None));
         self.entries
             .push_back(Box::pin(futures::future::ready(Ok(Completed {
                 position,
@@ -134,7 +136,14 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
 
     /// When the oldest entry still in the window was pushed.
     pub(crate) fn oldest(&self) -> Option<Instant> {
-        self.pushed_at.front().copied()
+        self.pushed_at.front().map(|(at, _)| *at)
+    }
+
+    /// The topic of the oldest entry still in the window, when it is an event's.
+    pub(crate) fn oldest_topic(&self) -> Option<&str> {
+        self.pushed_at
+            .front()
+            .and_then(|(_, topic)| topic.as_deref())
     }
 }
 

@@ -107,11 +107,12 @@ impl<'a> Copy<'a> {
         let state = match job {
             Job::Resume(state) => {
                 if state.filter != filter {
-                    return Err(BridgeError::SnapshotFilterChanged {
+                    let changed = crate::error::snapshot::FilterChanged {
                         pipeline: p.name.clone(),
                         stored: state.filter.unwrap_or_else(|| "(none)".to_owned()),
                         configured: filter.unwrap_or_else(|| "(none)".to_owned()),
-                    });
+                    };
+                    return Err(BridgeError::SnapshotFilterChanged(Box::new(changed)));
                 }
                 info!(pipeline = %p.name, snapshot = %state.id, copied = state.copied(),
                       "resuming the snapshot after its committed progress");

@@ -18,7 +18,7 @@ type Ack = oneshot::Sender<Result<usize, &'static str>>;
 /// Appends an event of `bytes` whose delivery is reported through the returned sender.
 fn push(window: &mut Window, bytes: usize) -> Ack {
     let (tx, rx) = oneshot::channel();
-    window.push_event(bytes, Instant::now(), async move {
+    window.push_event(bytes, (Instant::now(), Arc::from("t")), async move {
         rx.await.map_err(|_| "cancelled")?
     });
     tx
