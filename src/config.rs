@@ -26,11 +26,13 @@ pub mod captured;
 pub(crate) mod debezium;
 pub(crate) mod exactly_once;
 pub(crate) mod group;
+pub(crate) mod heartbeat;
 pub(crate) mod images;
 pub(crate) mod kafka;
 mod load;
 pub mod names;
 mod pipelines;
+pub(crate) mod routing;
 mod snapshot;
 mod suggest;
 mod validate;
@@ -47,6 +49,7 @@ pub use images::PreImages;
 pub use kafka::InFlightBounds;
 use names::OffsetsLocation;
 pub use pipelines::PipelineConfig;
+pub use routing::{NamespaceRoute, RoutingSettings};
 
 /// Prefix of environment overrides; `__` separates path segments.
 pub const ENV_PREFIX: &str = "MONGO_KAFKA_BRIDGE__";

@@ -36,13 +36,15 @@ pub(crate) mod dead_letter;
 pub(crate) mod debezium;
 mod format;
 pub(crate) mod headers;
+pub(crate) mod heartbeat;
 pub(crate) mod record;
+pub(crate) mod routing;
 mod snapshot;
 pub(crate) mod topics;
 
 use dead_letter::Refused;
 pub(crate) use format::lossy_json;
-use format::{Failed, key_bytes, key_document, value_bytes};
+use format::{Failed, key_bytes, value_bytes};
 pub(crate) use headers::{format_header, header_name, operation_type};
 pub use record::Record;
 
@@ -101,6 +103,8 @@ pub struct RecordEncoder {
     last_ns: (String, String, Option<Arc<str>>),
     /// `value = "debezium"`: the form's settings.
     debezium: Option<debezium::Form>,
+    /// `[pipelines.routing]` (`routing.rs`); `None` costs one branch per event.
+    router: Option<Box<routing::Router>>,
 }
 
 /// A record's key and value bytes, the value's `mongo.format`, and the diversion if any.
@@ -129,6 +133,7 @@ impl RecordEncoder {
             tombstones: pipeline.tombstones,
             last_ns: (String::new(), String::new(), None),
             debezium: debezium::Form::of(pipeline),
+            router: routing::Router::of(pipeline).map(Box::new),
         }
     }
 
@@ -157,8 +162,8 @@ impl RecordEncoder {
         if self.debezium.is_some() {
             return self.encode_debezium(raw, &view, token);
         }
-        let topic = self.topic_for(&view);
-        let key_doc = key_document(&view, &self.pipeline);
+        let topic = self.topic_for(&view, Some(raw));
+        let key_doc = self.key_of(raw, &view);
         let (value_doc, prefix) = match (self.value, view.full_document) {
             (ValueMode::ChangeEvent | ValueMode::Debezium, _) => (Some(raw), ""),
             (ValueMode::Document, Some(Some(doc))) => (Some(doc), "fullDocument."),
@@ -323,7 +328,12 @@ impl RecordEncoder {
         records
     }
 
-    fn topic_for(&mut self, view: &ChangeEventView<'_>) -> Arc<str> {
+    fn topic_for(&mut self, view: &ChangeEventView<'_>, raw: Option<&RawDocument>) -> Arc<str> {
+        if let Some(router) = self.router.as_deref_mut()
+            && let Some(topic) = router.topic(view, raw)
+        {
+            return topic;
+        }
         if let Some(topic) = &self.topic {
             return Arc::clone(topic);
         }

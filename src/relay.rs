@@ -28,7 +28,7 @@
 //! 2. the retry of a pending event whose enqueue hit a full queue while nothing of ours is in
 //! flight, 3. shutdown, 4. intake, only while the window has room (the in-flight event and byte
 //! bounds) and the lease is known to hold — this bounds memory whatever the backlog, 5. the
-//! 500 ms tick (heartbeat, gauges). A full librdkafka queue is backpressure, never an error or a
+//! 500 ms tick (liveness, gauges, and the pipeline's heartbeat records: [`heartbeat`]). A full librdkafka queue is backpressure, never an error or a
 //! drop.
 //!
 //! Every drain (shutdown, or the source's end) ends by `shutdown_timeout_ms`, whatever is still
@@ -58,6 +58,7 @@ use window::OrderedWindow;
 
 mod enqueue;
 pub(crate) mod exactly_once;
+pub(crate) mod heartbeat;
 mod intake;
 mod publish;
 mod snapshot;
@@ -129,6 +130,8 @@ pub(crate) struct Relay {
     transactions: Option<exactly_once::Transactions>,
     /// The encode pool's encoders, and the smallest event it encodes ([`intake`]).
     pool: (Vec<RecordEncoder>, usize),
+    /// With `heartbeat_interval_ms`: the heartbeats ([`heartbeat`]).
+    heartbeats: Option<heartbeat::Heartbeats>,
 }
 
 impl Relay {
@@ -174,6 +177,7 @@ impl Relay {
             partitions: std::collections::HashMap::new(),
             transactions: None,
             pool: (Vec::new(), usize::MAX),
+            heartbeats: None,
         }
     }
 
@@ -328,11 +332,18 @@ impl Relay {
                             reason,
                         });
                     }
-                    if pending.is_none()
-                        && let Err(error) = self.at_rest(false).await
-                    {
-                        self.abort_transaction().await;
-                        return Err(error);
+                    if pending.is_none() {
+                        let rested = match self.at_rest(false).await {
+                            Ok(()) => self.heartbeat().await,
+                            Err(error) => Err(error),
+                        };
+                        match rested {
+                            Ok(next) => pending = next,
+                            Err(error) => {
+                                self.abort_transaction().await;
+                                return Err(error);
+                            }
+                        }
                     }
                 }
             }

@@ -23,6 +23,16 @@ pub(crate) fn is_internal(topic: &str) -> bool {
     topic.starts_with(INTERNAL_PREFIX)
 }
 
+/// Whether `topic` is a name a pipeline may write to: 1–249 of `[A-Za-z0-9._-]`, not internal.
+pub(crate) fn is_data_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= 249
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !is_internal(topic)
+}
+
 /// The name of the bridge's own topic of `kind` for the deployment whose offsets live in
 /// `offsets_database`.
 pub(crate) fn internal(offsets_database: &str, kind: &str) -> String {

@@ -33,6 +33,14 @@ pub struct PipelineConfig {
     pub full_document_before_change: FullDocumentBeforeChange,
     /// One topic for everything this pipeline reads; default `<topic_prefix><db>.<coll>`.
     pub topic: Option<String>,
+    /// `[pipelines.routing]`: topics by namespace pattern or document field, the key from a
+    /// field (`config/routing.rs`).
+    pub routing: Option<super::RoutingSettings>,
+    /// Write a heartbeat record every this many ms (`config/heartbeat.rs`); 0 (default): off.
+    #[serde(default)]
+    pub heartbeat_interval_ms: u64,
+    /// The heartbeat topic; default `<topic_prefix>heartbeats`.
+    pub heartbeat_topic: Option<String>,
     /// Default `change_event`; `debezium` with [`debezium`](Self::debezium).
     #[serde(default = "default_value_mode")]
     pub value: ValueMode,

@@ -324,9 +324,12 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             "use \"now\" or an RFC 3339 time after 1970, e.g. \"2026-11-29T08:00:00Z\"",
         ));
     }
+    // Before the snapshot's rules: key_field's refusal of a snapshot names the way out.
+    super::routing::rules(p, at)?;
     super::snapshot::snapshot_rules(p, at)?;
     super::debezium::rules(p, at)?;
     super::images::rules(p, at)?;
+    super::heartbeat::rules(p, at)?;
     let dead_letters = [
         ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
         ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),
@@ -387,6 +390,7 @@ fn warnings(config: &Config) -> Vec<String> {
                  whose last record is not the document's current state"
             ));
         }
+        out.extend(super::routing::warnings(i, p));
         if p.format == Format::Bson && p.json.is_some() {
             out.push(format!(
                 "pipelines[{i}].json is ignored: values are BSON (format = \"bson\"); remove it"

@@ -178,7 +178,7 @@ impl RecordEncoder {
         let Some(op) = op_of(view.operation_type) else {
             return Ok(encoded);
         };
-        let topic = self.topic_for(view);
+        let topic = self.topic_for(view, Some(raw));
         let Some(form) = &self.debezium else {
             return Ok(encoded);
         };

@@ -137,7 +137,7 @@ impl RecordEncoder {
             coll: Some(coll),
             ..ChangeEventView::default()
         };
-        self.topic_for(&view)
+        self.topic_for(&view, None)
     }
 }
 

@@ -8,7 +8,9 @@
 //!   `<topic_prefix><db>` for a database event (`dropDatabase`);
 //! - an event without `ns` goes to the pipeline's configured namespace: `<topic_prefix><db>.<coll>`
 //!   for a collection, `<topic_prefix><db>` for a database, `<topic_prefix><pipeline name>` for a
-//!   deployment ([`fallback`]).
+//!   deployment ([`fallback`]);
+//! - `[pipelines.routing]` comes before all of these (`routing.rs`), and a pipeline's heartbeats
+//!   go to a topic of their own (`heartbeat.rs`), never a data topic.
 //!
 //! Internal topics: names starting with `__` belong to Kafka (`__consumer_offsets`,
 //! `__transaction_state`) and to the bridge, whose own topics are named
@@ -49,8 +51,12 @@ pub(crate) fn fallback(p: &PipelineConfig, global: &str) -> String {
 }
 
 /// The topic a pipeline writes, when it is known before any event (a fixed `topic` or a
-/// collection scope).
+/// collection scope, without routing: a routed pipeline's known topics are
+/// [`Router::known_topics`](super::routing::Router::known_topics)).
 pub(crate) fn known(p: &PipelineConfig, global: &str) -> Option<String> {
+    if p.routing.is_some() {
+        return None;
+    }
     let prefix = &prefix(p, global);
     match (&p.topic, &p.database, &p.collection) {
         (Some(topic), _, _) => Some(topic.clone()),
@@ -59,11 +65,24 @@ pub(crate) fn known(p: &PipelineConfig, global: &str) -> Option<String> {
     }
 }
 
+/// The heartbeat topic of `p` under `[kafka] topic_prefix` `global`, `None` when `p` writes no
+/// heartbeats.
+pub(crate) fn heartbeat(p: &PipelineConfig, global: &str) -> Option<String> {
+    (p.heartbeat_interval_ms > 0).then(|| {
+        p.heartbeat_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}heartbeats", prefix(p, global)))
+    })
+}
+
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
 pub(crate) fn written_by(p: &PipelineConfig, global: &str, topic: &str) -> bool {
     let prefix = &prefix(p, global);
-    if is_internal(topic) {
+    if is_internal(topic) || heartbeat(p, global).as_deref() == Some(topic) {
         return false;
+    }
+    if super::routing::Router::of(p).is_some_and(|r| r.could_write(topic)) {
+        return true;
     }
     if let Some(fixed) = &p.topic {
         return topic == fixed;

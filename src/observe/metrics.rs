@@ -4,7 +4,8 @@
 //! - `names.rs`: the names and labels, the public contract;
 //! - `registry.rs`: [`Metrics`], the registry of every family, and the scrape-time gauges;
 //! - `families.rs`: the per-pipeline families by stage; `handles.rs`: one pipeline's handles;
-//! - `group.rs`, `snapshot.rs`, `exactly_once.rs`, `librdkafka.rs`: those features' series;
+//! - `group.rs`, `snapshot.rs`, `exactly_once.rs`, `librdkafka.rs`, `heartbeat.rs`,
+//!   `routing.rs`: those features' series;
 //! - `read`: current values read back (the terminal status, tests).
 //!
 //! Invariants: labels are bounded sets (pipeline names from the config, operation types, topic
@@ -16,15 +17,18 @@ mod exactly_once;
 mod families;
 mod group;
 mod handles;
+mod heartbeat;
 mod librdkafka;
 mod names;
 pub(crate) mod read;
 mod registry;
+mod routing;
 mod snapshot;
 
 pub use exactly_once::TransactionMetrics;
 pub use group::GroupMetrics;
 pub use handles::{PipelineMetrics, TopicMetrics};
+pub use heartbeat::HeartbeatMetrics;
 pub use librdkafka::RdkafkaGauges;
 pub use names::*;
 pub use registry::Metrics;

@@ -17,6 +17,7 @@ use super::context::PipelineContext;
 use super::stage::cancellable;
 use super::start::{commit_initial, initial_snapshot, log_start, lost_history, start_of};
 use super::waiting::said;
+use crate::encode::routing::Router;
 use crate::encode::topics;
 use crate::error::BridgeError;
 use crate::kafka::admin::{ADMIN_TIMEOUT, TopicCreator};
@@ -124,7 +125,8 @@ pub(super) async fn prepare(
 }
 
 /// With `[kafka.topic_creation] enabled`: the creator, after the topics known before any event
-/// (a fixed or collection topic, the dead-letter topic) were made sure of. Without: `None`,
+/// (a fixed or collection topic, the dead-letter topic, routing's literal and default topics,
+/// the heartbeat topic) were made sure of. Without: `None`,
 /// after a warning for each known topic the cluster does not list.
 async fn topic_creator(ctx: &PipelineContext) -> Result<Option<TopicCreator>, BridgeError> {
     let p = &ctx.pipeline;
@@ -141,9 +143,12 @@ async fn topic_creator(ctx: &PipelineContext) -> Result<Option<TopicCreator>, Br
     if listed.is_some() {
         super::missing_topic::seen(ctx, &existing);
     }
+    let routed = Router::of(p).map(|r| r.known_topics()).unwrap_or_default();
     let known: Vec<String> = topics::known(p, prefix)
         .into_iter()
         .chain(p.dead_letter_topic.clone())
+        .chain(routed)
+        .chain(topics::heartbeat(p, prefix))
         .collect();
     if !settings.enabled {
         for topic in known

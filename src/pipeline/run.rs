@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bson::Timestamp;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -30,12 +31,13 @@ use super::start::lost_history;
 use super::{exactly_once, hold};
 use crate::config::kafka::{batch_bytes, compresses};
 use crate::config::{Delivery, InFlightBounds};
-use crate::encode::RecordEncoder;
+use crate::encode::{RecordEncoder, topics};
 use crate::error::BridgeError;
 use crate::event::Safe;
 use crate::kafka::admin::TopicCreator;
 use crate::kafka::limits::TopicLimits;
 use crate::offsets::{OffsetsDoc, OffsetsStore};
+use crate::relay::heartbeat::Heartbeats;
 use crate::relay::{Limits, Relay};
 use crate::snapshot::Request;
 use crate::source::copying::{Copier, Job};
@@ -138,7 +140,8 @@ async fn stages(
             requests_tx,
         ),
     );
-    let relay = relay(ctx, store, epoch, bounds, creator, safe_tx).await?;
+    let started = (offsets.cluster_time, offsets.position_time);
+    let relay = relay(ctx, store, (epoch, started), bounds, creator, safe_tx).await?;
     ctx.metrics.stream_open.set(1);
     let relay = stage::spawn(&p.name, "relay", Ends::Cancelling(&run), {
         let run = run.clone();
@@ -199,11 +202,13 @@ fn spawn_source(
 
 /// The run's relay, publishing on `safe`: the in-flight `bounds`, the encoder, the producer,
 /// the lease, the topics' limits, the dead-letter topic, the topic `creator` and, exactly-once,
-/// the transactions (from the offsets as they are now, after the initial commit).
+/// the transactions (from the offsets as they are now, after the initial commit), and the
+/// heartbeats (naming the committed position's `clusterTime` and `positionTime`, `started`,
+/// until the stream moves).
 async fn relay(
     ctx: &PipelineContext,
     store: &OffsetsStore,
-    epoch: i64,
+    (epoch, started): (i64, (Option<Timestamp>, Option<Timestamp>)),
     bounds: InFlightBounds,
     creator: Option<TopicCreator>,
     safe: watch::Sender<Safe>,
@@ -215,7 +220,9 @@ async fn relay(
         queue_bytes: bounds.queue_bytes,
         drain_timeout: ctx.config.bridge.drain_bound(),
     };
-    let encoder = RecordEncoder::new(p, &ctx.config.kafka.topic_prefix);
+    let (topic_fallbacks, key_fallbacks) = ctx.metrics.routing_fallbacks();
+    let encoder = RecordEncoder::new(p, &ctx.config.kafka.topic_prefix)
+        .with_routing_fallbacks(topic_fallbacks, key_fallbacks);
     let mut relay = Relay::new(
         &p.name,
         encoder,
@@ -247,6 +254,11 @@ async fn relay(
     }
     if p.delivery == Delivery::ExactlyOnce {
         relay = relay.with_transactions(exactly_once::transactions(ctx, store, epoch).await?);
+    }
+    if let Some(topic) = topics::heartbeat(p, &ctx.config.kafka.topic_prefix) {
+        let interval = Duration::from_millis(p.heartbeat_interval_ms);
+        let beats = Heartbeats::new(&topic, interval, started, ctx.metrics.heartbeats());
+        relay = relay.with_heartbeats(beats);
     }
     Ok(relay)
 }

@@ -42,6 +42,8 @@ pub(super) enum Kind {
     Event(EncodedEvent),
     /// A snapshot's copied document or markers: the snapshot's state it completes, if any.
     Snapshot(&'static str, Option<SharedState>),
+    /// A heartbeat (`heartbeat.rs`), at least once.
+    Heartbeat(crate::encode::heartbeat::Beat),
 }
 
 impl Relay {
@@ -288,6 +290,9 @@ impl Relay {
             Kind::Event(encoded) => encoded,
             Kind::Snapshot(operation_type, state) => {
                 return self.push_snapshot(p.topic, p.bytes, p.deliveries, operation_type, state);
+            }
+            Kind::Heartbeat(beat) => {
+                return self.push_heartbeat(p.topic, p.bytes, p.deliveries, beat);
             }
         };
         let position = self.position_of(&mut encoded);

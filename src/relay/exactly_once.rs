@@ -290,6 +290,7 @@ impl Relay {
         while let Some(done) = self.window.next().await {
             self.fold(done?);
         }
+        let beat = self.heartbeat_in_transaction().await?;
         let t = self
             .transactions
             .as_ref()
@@ -318,7 +319,7 @@ impl Relay {
             headers: Vec::new(),
             partition: Some(PARTITION),
         };
-        let (since, records) = (open.since, open.records + 1);
+        let (since, records) = (open.since, open.records + 1 + usize::from(beat.is_some()));
         let delivery = self
             .sink
             .enqueue_waiting(&record, Some(PARTITION))
@@ -357,6 +358,7 @@ impl Relay {
         t.last_offset = offset.or(t.last_offset);
         self.delivered.committed = Some((sequences.commit, t.last_offset));
         self.safe.send_replace(self.delivered.clone());
+        self.heartbeat_committed(beat);
         Ok(())
     }
 
@@ -379,7 +381,7 @@ impl Relay {
         }
     }
 
-    fn transaction_error(
+    pub(super) fn transaction_error(
         &self,
         operation: &'static str,
         source: rdkafka::error::KafkaError,

@@ -277,6 +277,15 @@ impl PipelineMetrics {
         self.family.transactions(&self.name)
     }
 
+    /// This pipeline's heartbeat series (pipelines with heartbeats only).
+    pub fn heartbeats(&self) -> super::heartbeat::HeartbeatMetrics {
+        self.family.heartbeats.pipeline(&self.name)
+    }
+    /// This pipeline's routing fallback counters, `topic` and `key` (routed pipelines only).
+    pub fn routing_fallbacks(&self) -> (IntCounter, IntCounter) {
+        self.family.routing.pipeline(&self.name)
+    }
+
     /// The librdkafka statistics series of this pipeline's producer.
     pub(crate) fn rdkafka_gauges(&self) -> RdkafkaGauges {
         self.family.rdkafka.for_pipeline(&self.name)

@@ -124,6 +124,16 @@ pub const TRANSACTION_RECORDS: &str = "mongo_kafka_bridge_transaction_records";
 /// `pipeline`.
 pub const DOCUMENT_AHEAD: &str = "mongo_kafka_bridge_offsets_ahead_of_kafka_total";
 
+/// Heartbeat records delivered (exactly once: committed), by `pipeline`.
+pub const HEARTBEATS: &str = "mongo_kafka_bridge_heartbeats_total";
+/// When the last delivered heartbeat was written (Unix seconds), by `pipeline`.
+pub const HEARTBEAT_TIMESTAMP: &str = "mongo_kafka_bridge_heartbeat_timestamp_seconds";
+/// The configured `heartbeat_interval_ms` in seconds, by `pipeline` (for the alert).
+pub const HEARTBEAT_INTERVAL: &str = "mongo_kafka_bridge_heartbeat_interval_seconds";
+/// Events routing could not place as configured, by `pipeline`, `kind` (`topic`: sent to
+/// `default_topic` or the usual topic; `key`: keyed by `documentKey` for want of `key_field`).
+pub const ROUTING_FALLBACKS: &str = "mongo_kafka_bridge_routing_fallbacks_total";
+
 /// The git commit the binary was built from (`MKB_GIT_SHA` at build time, see `build.rs`), or
 /// `unknown`.
 pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
@@ -132,7 +142,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 43] = [
+pub const ALL: [&str; 46] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
@@ -176,4 +186,8 @@ pub const ALL: [&str; 43] = [
     TRANSACTION_COMMIT_DURATION,
     TRANSACTION_RECORDS,
     DOCUMENT_AHEAD,
+    HEARTBEATS,
+    HEARTBEAT_TIMESTAMP,
+    HEARTBEAT_INTERVAL,
+    ROUTING_FALLBACKS,
 ];

@@ -15,7 +15,7 @@ use super::families::{
 };
 use super::group::GroupMetrics;
 use super::names::{BUILD_INFO, CONFIG_RELOADS, GIT_SHA, HISTORY_WINDOW};
-use super::{librdkafka, snapshot};
+use super::{heartbeat, librdkafka, routing, snapshot};
 
 /// All metric families, registered in one (non-global) registry. Cheap to clone (handles).
 #[derive(Clone)]
@@ -29,6 +29,8 @@ pub struct Metrics {
     pub(super) rdkafka: librdkafka::Families,
     pub(super) snapshot: snapshot::Families,
     transactions: exactly_once::Families,
+    pub(super) heartbeats: heartbeat::Families,
+    pub(super) routing: routing::Families,
     /// The group membership's series.
     pub group: GroupMetrics,
     reloads: IntCounterVec,
@@ -74,6 +76,8 @@ impl Metrics {
             rdkafka: librdkafka::Families::register(&r),
             snapshot: snapshot::Families::register(&r),
             transactions: exactly_once::Families::register(&r),
+            heartbeats: heartbeat::Families::register(&r),
+            routing: routing::Families::register(&r),
             group: GroupMetrics::register(&r),
             reloads: counter(
                 &r,

@@ -45,6 +45,10 @@ fn every_exported_name_is_registered_and_follows_the_naming_rules() {
     tx.duration.observe(0.2);
     tx.commit.observe(0.01);
     tx.records.observe(12.0);
+    let beats = p.heartbeats();
+    beats.delivered(1_000_000);
+    beats.interval.set(10.0);
+    p.routing_fallbacks().0.inc();
     metrics.set_history(Some((40.0, 200.0)));
     // WHEN rendered
     let text = metrics.render();

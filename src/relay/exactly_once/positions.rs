@@ -12,6 +12,9 @@
 //!   position moves, and none while it does not. A restart in between resumes from the last
 //!   committed record and reads again only events that publish nothing (none were delivered
 //!   after it), at most that much of the stream.
+//! - A due heartbeat (`relay/heartbeat.rs`) rides in such a transaction, written just before
+//!   its progress record, whether or not the position moved: a heartbeat is never outside a
+//!   transaction, and it commits the latest post-batch token with it.
 //! - A failed drain-time commit of such a position is logged, never an error: nothing was
 //!   published after the last committed record, so nothing can be lost or repeated by it.
 
@@ -39,17 +42,19 @@ impl Relay {
         false
     }
 
-    /// Commits the delivered position in a transaction of its progress record alone, when
-    /// one is due (no transaction open, a position waiting, [`POSITION_INTERVALS`] commit
-    /// intervals since the last commit) or `now`.
+    /// Commits the delivered position in a transaction of its progress record alone (and a
+    /// due heartbeat, `relay/heartbeat.rs`), when one is due (no transaction open, and a
+    /// heartbeat due, or a position waiting [`POSITION_INTERVALS`] commit intervals since the
+    /// last commit or `now`).
     ///
     /// Errors: a failed begin or commit.
     pub(crate) async fn commit_unsent(&mut self, now: bool) -> Result<(), BridgeError> {
+        let beat = self.heartbeat_due();
         let Some(t) = &mut self.transactions else {
             return Ok(());
         };
         let waited = t.last_commit.elapsed() >= t.interval * POSITION_INTERVALS;
-        if t.open.is_some() || !t.unsent || !(now || waited) {
+        if t.open.is_some() || !(beat || t.unsent && (now || waited)) {
             return Ok(());
         }
         self.sink
