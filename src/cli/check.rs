@@ -7,7 +7,7 @@
 //! builds from `[kafka.properties]`; Kafka reachability; each target topic (its partitions and
 //! `cleanup.policy`) or who would create it; the topics' `max.message.bytes` against the largest
 //! documents of each watched collection; with `[bridge] group_id`, the group's slots and
-//! control topic.
+//! control topic; a pipeline's routes (`routing.rs`) and heartbeat topic (`heartbeat.rs`).
 //!
 //! Exit code 0 when nothing fails (warnings included), 1 when one fails (2 is a config error,
 //! decided before this runs: the configuration `run` would refuse, `check` refuses too).
@@ -22,10 +22,12 @@ use crate::error::BridgeError;
 
 mod exactly_once;
 mod group;
+mod heartbeat;
 mod images;
 mod kafka;
 mod mongo;
 mod privileges;
+mod routing;
 mod snapshot;
 mod state;
 mod topics;

@@ -351,7 +351,8 @@ pub(super) fn warnings(i: usize, p: &PipelineConfig) -> Vec<String> {
         out.push(format!(
             "{at} = {path:?} is not part of documentKey: if a document's {path} changes, its \
              events go to different partitions and can be read out of order (per-document \
-             order holds only per key). Key by a field that never changes, or order by the \
+             order holds only per key). Key by a field that never changes (a shard key's \
+             fields are in documentKey: \"documentKey.<field>\"), or order by the \
              mongo.cluster_time header"
         ));
     }

@@ -75,6 +75,23 @@ pub(crate) fn heartbeat(p: &PipelineConfig, global: &str) -> Option<String> {
     })
 }
 
+/// The topic of namespace `db`.`coll`'s records as far as it is known before any event:
+/// routing's (a template naming a field gives its `default_topic`), else the fixed `topic`,
+/// else `<prefix><db>.<coll>`.
+pub(crate) fn of_namespace(p: &PipelineConfig, global: &str, db: &str, coll: &str) -> String {
+    let view = crate::event::ChangeEventView {
+        db: Some(db),
+        coll: Some(coll),
+        ..Default::default()
+    };
+    let routed = super::routing::Router::of(p).and_then(|mut r| r.topic(&view, None));
+    match (routed, &p.topic) {
+        (Some(topic), _) => topic.to_string(),
+        (None, Some(fixed)) => fixed.clone(),
+        (None, None) => for_namespace(&prefix(p, global), db, Some(coll)),
+    }
+}
+
 /// Whether `topic` (from the cluster's topic list) is one `p` writes data to.
 pub(crate) fn written_by(p: &PipelineConfig, global: &str, topic: &str) -> bool {
     let prefix = &prefix(p, global);

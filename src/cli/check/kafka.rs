@@ -74,7 +74,12 @@ pub(super) async fn check(config: &Config, largest: &[Largest]) -> Vec<CheckLine
     };
     let broker_max = broker[1].as_deref().and_then(|v| v.parse::<u64>().ok());
     for p in &config.pipelines {
-        lines.push(super::topics::topic_line(config, p, &cluster, &admin, auto).await);
+        if p.routing.is_some() {
+            lines.extend(super::routing::lines(config, p, &cluster, &admin, auto).await);
+        } else {
+            lines.push(super::topics::topic_line(config, p, &cluster, &admin, auto).await);
+        }
+        lines.extend(super::heartbeat::line(config, p, &cluster, &admin, auto).await);
         lines.extend(super::topics::namespace_topics_line(
             config, p, &cluster, largest, auto,
         ));

@@ -238,10 +238,7 @@ pub(super) async fn largest_documents(
             }
             Err(_) => continue,
         };
-        let topic = p
-            .topic
-            .clone()
-            .unwrap_or_else(|| topics::for_namespace(&topics::prefix(p, prefix), db, Some(&coll)));
+        let topic = topics::of_namespace(p, prefix, db, &coll);
         out.push(Largest {
             pipeline: p.name.clone(),
             namespace: format!("{db}.{coll}"),

@@ -29,12 +29,25 @@ pub(super) async fn topic_line(
     auto: AutoCreate,
 ) -> CheckLine {
     let prefix = &config.kafka.topic_prefix;
-    let creation = &config.kafka.topic_creation;
     let known = topics::known(p, prefix);
     let what = known.as_ref().map_or_else(
         || format!("one topic per collection ({prefix}<db>.<coll>)"),
         |t| format!("topic {t:?}"),
     );
+    state_line(config, p, (known, what), cluster, admin, auto).await
+}
+
+/// The state of `known`, the topic `what` names (`None`: one created on first use): its
+/// partitions and `cleanup.policy` when it exists, else who would create it.
+pub(super) async fn state_line(
+    config: &Config,
+    p: &PipelineConfig,
+    (known, what): (Option<String>, String),
+    cluster: &ClusterInfo,
+    admin: &KafkaAdmin,
+    auto: AutoCreate,
+) -> CheckLine {
+    let creation = &config.kafka.topic_creation;
     if let Some(info) = known
         .as_ref()
         .and_then(|t| cluster.topics.iter().find(|i| &i.name == t))
