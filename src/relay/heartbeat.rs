@@ -54,6 +54,11 @@ impl Heartbeats {
         metrics: HeartbeatMetrics,
     ) -> Self {
         metrics.interval.set(interval.as_secs_f64());
+        if metrics.last.get() == 0.0 {
+            // Until the first heartbeat, its due time counts from the first run's start: an
+            // alert on a late heartbeat then also sees one that never came.
+            metrics.last.set(now_ms() as f64 / 1000.0);
+        }
         Self {
             topic: Arc::from(topic),
             interval,

@@ -38,7 +38,8 @@ impl Families {
             last: gauge(
                 r,
                 HEARTBEAT_TIMESTAMP,
-                "When the last delivered heartbeat was written, Unix seconds.",
+                "When the last delivered heartbeat was written (before the first: when the \
+                 pipeline first started in this process), Unix seconds.",
             ),
             interval: gauge(
                 r,

@@ -126,7 +126,8 @@ pub const DOCUMENT_AHEAD: &str = "mongo_kafka_bridge_offsets_ahead_of_kafka_tota
 
 /// Heartbeat records delivered (exactly once: committed), by `pipeline`.
 pub const HEARTBEATS: &str = "mongo_kafka_bridge_heartbeats_total";
-/// When the last delivered heartbeat was written (Unix seconds), by `pipeline`.
+/// When the last delivered heartbeat was written (Unix seconds; before the first, when the
+/// pipeline first started in this process), by `pipeline`.
 pub const HEARTBEAT_TIMESTAMP: &str = "mongo_kafka_bridge_heartbeat_timestamp_seconds";
 /// The configured `heartbeat_interval_ms` in seconds, by `pipeline` (for the alert).
 pub const HEARTBEAT_INTERVAL: &str = "mongo_kafka_bridge_heartbeat_interval_seconds";
