@@ -97,6 +97,11 @@ impl Template {
         if pieces.is_empty() {
             return Err("must not be empty".to_owned());
         }
+        if text.starts_with(super::names::INTERNAL_PREFIX) {
+            return Err(format!(
+                "{text:?}: names starting with __ are Kafka's and the bridge's internal topics"
+            ));
+        }
         Ok(Self { pieces })
     }
 

@@ -78,6 +78,7 @@ pub(super) fn seen(ctx: &PipelineContext, listed: &[String]) {
 fn describe(ctx: &PipelineContext, topic: &str) -> String {
     let p = &ctx.pipeline;
     let namespace = match &p.topic {
+        _ if p.routing.is_some() => format!("a route of scope {}", p.scope()),
         Some(_) => format!("every namespace of scope {}", p.scope()),
         None => {
             let prefix = topics::prefix(p, &ctx.config.kafka.topic_prefix);

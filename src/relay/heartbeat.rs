@@ -19,6 +19,7 @@
 //!   the stream moves.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bson::Timestamp;
@@ -86,7 +87,10 @@ impl Relay {
         let Some(h) = &mut self.heartbeats else {
             return Ok(None);
         };
-        if h.last.elapsed() < h.interval {
+        let lease = self.lease.as_ref();
+        // A paused owner whose lease lapsed publishes nothing new, heartbeats included.
+        let held = lease.is_none_or(|until| now_ms() < until.load(Ordering::Relaxed));
+        if h.last.elapsed() < h.interval || !held {
             return Ok(None);
         }
         h.last = Instant::now();

@@ -40,6 +40,7 @@ fn templates_parse_into_literals_and_placeholders() {
     assert_eq!(Template::parse("plain").unwrap().literal(), Some("plain"));
     for bad in [
         "a b",
+        "__${db}",
         "${x}",
         "${0}",
         "${db",

@@ -9,7 +9,7 @@
 //! - With none open, it is committed at rest (an empty batch, the relay's tick) at most every
 //!   [`POSITION_INTERVALS`] × `commit_interval_ms`, and at a drain: a quiet or filtered stream
 //!   writes one small transaction per ten commit intervals (10 s by default) while its
-//!   position moves, and none while it does not. A restart in between resumes from the last
+//!   position moves, and none while it does not (heartbeats aside, below). A restart in between resumes from the last
 //!   committed record and reads again only events that publish nothing (none were delivered
 //!   after it), at most that much of the stream.
 //! - A due heartbeat (`relay/heartbeat.rs`) rides in such a transaction, written just before
