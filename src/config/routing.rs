@@ -213,89 +213,101 @@ pub(super) fn rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
     let Some(r) = &p.routing else {
         return Ok(());
     };
-    let error = |key: String, reason: String| {
-        Err(BridgeError::config(format!("{at}.routing.{key}"), reason))
-    };
+    let fields = namespace_rules(r, at)? | topic_rules(p, r, at)?;
+    default_rules(p, r, at, fields)?;
+    key_rules(p, r, at)
+}
+
+/// The error of field `key` under `at.routing`.
+fn refused(at: &str, key: &str, reason: impl Into<String>) -> BridgeError {
+    BridgeError::config(format!("{at}.routing.{key}"), reason)
+}
+
+/// The rules of `[[pipelines.routing.namespaces]]`; whether a template names a field.
+fn namespace_rules(r: &RoutingSettings, at: &str) -> Result<bool, BridgeError> {
     let mut fields = false;
     for (i, route) in r.namespaces.iter().enumerate() {
         let key = format!("namespaces[{i}]");
-        let matcher = route
-            .matcher()
-            .map_err(|e| BridgeError::config(format!("{at}.routing.{key}"), e))?;
-        let template = Template::parse(&route.topic)
-            .map_err(|e| BridgeError::config(format!("{at}.routing.{key}.topic"), e))?;
+        let matcher = route.matcher().map_err(|e| refused(at, &key, e))?;
+        let template =
+            Template::parse(&route.topic).map_err(|e| refused(at, &format!("{key}.topic"), e))?;
         let groups = match &matcher {
             Matcher::Regex(re) => re.captures_len() - 1,
             Matcher::Glob(_) => 0,
         };
         if template.max_capture() > groups {
-            return error(
-                format!("{key}.topic"),
+            return Err(refused(
+                at,
+                &format!("{key}.topic"),
                 format!(
                     "${{{}}} names a group the pattern does not have ({groups}): captures come \
                      from a regex's (…) groups; a glob has none (use ${{db}} and ${{coll}})",
                     template.max_capture()
                 ),
-            );
-        }
-        fields |= template.has_fields();
-    }
-    if let Some(text) = &r.topic {
-        let template = Template::parse(text)
-            .map_err(|e| BridgeError::config(format!("{at}.routing.topic"), e))?;
-        if template.max_capture() > 0 {
-            return error(
-                "topic".into(),
-                "captures (${1}…) come from a namespaces entry's regex: move this template \
-                 there, or use ${db} and ${coll}"
-                    .into(),
-            );
-        }
-        if p.topic.is_some() {
-            return Err(BridgeError::config(
-                format!("{at}.topic"),
-                "a pipeline with [pipelines.routing] topic takes its topic from that template: \
-                 remove one of the two",
             ));
         }
         fields |= template.has_fields();
     }
-    match (&r.default_topic, fields) {
+    Ok(fields)
+}
+
+/// The rules of `[pipelines.routing] topic`; whether it names a field.
+fn topic_rules(p: &PipelineConfig, r: &RoutingSettings, at: &str) -> Result<bool, BridgeError> {
+    let Some(text) = &r.topic else {
+        return Ok(false);
+    };
+    let template = Template::parse(text).map_err(|e| refused(at, "topic", e))?;
+    if template.max_capture() > 0 {
+        return Err(refused(
+            at,
+            "topic",
+            "captures (${1}…) come from a namespaces entry's regex: move this template there, \
+             or use ${db} and ${coll}",
+        ));
+    }
+    if p.topic.is_some() {
+        return Err(BridgeError::config(
+            format!("{at}.topic"),
+            "a pipeline with [pipelines.routing] topic takes its topic from that template: \
+             remove one of the two",
+        ));
+    }
+    Ok(template.has_fields())
+}
+
+/// The rules of `default_topic`, and of a field template with a snapshot (`fields`: some
+/// template names a field).
+fn default_rules(
+    p: &PipelineConfig,
+    r: &RoutingSettings,
+    at: &str,
+    fields: bool,
+) -> Result<(), BridgeError> {
+    let reason = match (&r.default_topic, fields) {
         (None, true) => {
-            return error(
-                "default_topic".into(),
-                "required with a template that names a document field: a delete (and an \
-                 update whose lookup found nothing) has no full document to route by; name the \
-                 topic for such events"
-                    .into(),
-            );
+            "required with a template that names a document field: a delete (and an update \
+             whose lookup found nothing) has no full document to route by; name the topic for \
+             such events"
         }
         (Some(_), false) => {
-            return error(
-                "default_topic".into(),
-                "only used with a template that names a document field (${fullDocument.…}); \
-                 remove it"
-                    .into(),
-            );
+            "only used with a template that names a document field (${fullDocument.…}); \
+             remove it"
         }
         (Some(t), true) if !super::names::is_data_topic(t) => {
-            return error(
-                "default_topic".into(),
-                "Kafka topic names use 1–249 of [A-Za-z0-9._-] and must not start with __".into(),
-            );
+            "Kafka topic names use 1–249 of [A-Za-z0-9._-] and must not start with __"
         }
-        _ => {}
-    }
-    if fields && p.snapshots() {
-        return error(
-            "topic".into(),
-            "a snapshot marks each namespace's topic with its start and end, and a topic chosen \
-             per document leaves a namespace with no one topic: route by namespace only, or set \
-             snapshot = \"never\" and on_history_lost other than \"snapshot\""
-                .into(),
-        );
-    }
-    key_rules(p, r, at)
+        _ if fields && p.snapshots() => {
+            return Err(refused(
+                at,
+                "topic",
+                "a snapshot marks each namespace's topic with its start and end, and a topic \
+                 chosen per document leaves a namespace with no one topic: route by namespace \
+                 only, or set snapshot = \"never\" and on_history_lost other than \"snapshot\"",
+            ));
+        }
+        _ => return Ok(()),
+    };
+    Err(refused(at, "default_topic", reason))
 }
 
 /// The rules of `key_field`.
