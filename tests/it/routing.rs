@@ -182,10 +182,11 @@ async fn the_key_field_keys_a_customers_documents_onto_one_partition() {
 
 #[test]
 fn check_shows_the_routes_and_warns_of_a_mutable_key_field() {
-    // GIVEN a routed pipeline keyed by a field outside documentKey
+    // GIVEN a routed pipeline keyed by a field outside documentKey, with heartbeats
     let db = unique("route_chk");
     let routing = format!(
-        "tombstones = false\nfull_document = \"update_lookup\"\n[pipelines.routing]\n\
+        "tombstones = false\nfull_document = \"update_lookup\"\nheartbeat_interval_ms = 5000\n\
+         heartbeat_topic = \"{db}.hb\"\n[pipelines.routing]\n\
          topic = \"{db}.by.${{fullDocument.region}}\"\ndefault_topic = \"{db}.unrouted\"\n\
          key_field = \"fullDocument.customerId\"\n\
          [[pipelines.routing.namespaces]]\nglob = \"{db}.orders_*\"\ntopic = \"{db}.o\"\n{CREATION}"
@@ -193,15 +194,15 @@ fn check_shows_the_routes_and_warns_of_a_mutable_key_field() {
     let file = config_file(&config_toml("routechk", &db, None, &routing));
     // WHEN check runs
     let (code, out, err) = bridge_cli(&["check"], file.path());
-    // THEN it lists the routes in order and the key, each literal topic's state, and warns
-    // that the key field can reorder a document's events
+    // THEN it lists the routes in order and the key, each literal topic's state and the
+    // heartbeat topic's, and warns that the key field can reorder a document's events
     assert_eq!(code, Some(0), "{out}\n{err}");
     let routes = out
         .lines()
         .find(|l| l.contains("pipeline routechk: routes:"))
         .unwrap_or_else(|| panic!("no routes line:\n{out}"));
     assert!(
-        routes.contains(&format!("glob \"{db}.orders_*\" → \"{db}.o\""))
+        routes.contains(&format!("glob '{db}.orders_*' → \"{db}.o\""))
             && routes.contains(&format!(
                 "every other namespace → \"{db}.by.${{fullDocument.region}}\""
             ))
@@ -217,6 +218,13 @@ fn check_shows_the_routes_and_warns_of_a_mutable_key_field() {
             "{out}"
         );
     }
+    assert!(
+        out.contains(&format!(
+            "pipeline routechk: heartbeat topic \"{db}.hb\" (every 5000 ms) does not exist yet; \
+             the bridge creates it"
+        )),
+        "{out}"
+    );
     let warning = out
         .lines()
         .find(|l| l.starts_with('⚠') && l.contains("routing.key_field"))

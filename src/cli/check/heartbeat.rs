@@ -18,7 +18,7 @@ pub(super) async fn line(
 ) -> Option<CheckLine> {
     let topic = topics::heartbeat(p, &config.kafka.topic_prefix)?;
     let what = format!(
-        "heartbeats every {} ms to topic {topic:?}",
+        "heartbeat topic {topic:?} (every {} ms)",
         p.heartbeat_interval_ms
     );
     Some(state_line(config, p, (Some(topic), what), cluster, admin, auto).await)

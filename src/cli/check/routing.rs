@@ -26,8 +26,8 @@ pub(super) async fn lines(
         .namespaces
         .iter()
         .map(|n| match (&n.glob, &n.regex) {
-            (Some(glob), _) => format!("glob {glob:?} → {:?}", n.topic),
-            (_, regex) => format!("regex {:?} → {:?}", regex.as_deref().unwrap_or(""), n.topic),
+            (Some(glob), _) => format!("glob '{glob}' → {:?}", n.topic),
+            (_, regex) => format!("regex '{}' → {:?}", regex.as_deref().unwrap_or(""), n.topic),
         })
         .collect();
     let usual = p.topic.as_ref().map_or_else(
