@@ -143,7 +143,7 @@ pub const GIT_SHA: &str = match option_env!("MKB_GIT_SHA") {
 };
 
 /// Every metric name this crate exports (alerts and dashboards may only use these).
-pub const ALL: [&str; 46] = [
+pub const ALL: [&str; 47] = [
     SOURCE_EVENTS,
     SOURCE_BYTES,
     SOURCE_WATERMARKS,
