@@ -324,8 +324,7 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
             "use \"now\" or an RFC 3339 time after 1970, e.g. \"2026-11-29T08:00:00Z\"",
         ));
     }
-    // Before the snapshot's rules: key_field's refusal of a snapshot names the way out.
-    super::routing::rules(p, at)?;
+    super::routing::rules(p, at)?; // first: its refusal of a snapshot names the way out
     super::snapshot::snapshot_rules(p, at)?;
     super::debezium::rules(p, at)?;
     super::images::rules(p, at)?;

@@ -182,7 +182,7 @@ impl Relay {
                 Mark::Nothing
             })
         });
-        self.window.push_event(bytes, at, entry);
+        self.window.push_event(bytes, (at, topic), entry);
     }
 
     /// What a heartbeat made now says: the delivered prefix's position, else the one the run
