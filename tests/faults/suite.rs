@@ -84,6 +84,11 @@ pub fn selected(name: &str) -> bool {
     }
 }
 
+/// Whether `MKB_FAULTS_ONLY` names `name` itself (not merely empty: everything).
+pub fn named(name: &str) -> bool {
+    std::env::var("MKB_FAULTS_ONLY").is_ok_and(|list| list.split(',').any(|s| s.trim() == name))
+}
+
 /// The suite holds it whole, each ordinary test of the binary a share: the ordinary tests run
 /// beside each other (as many as the test harness's threads), never beside the suite, whose
 /// figures (recovery times, memory, failover) assume it has the machine to itself.
