@@ -94,7 +94,9 @@ pub struct Consumer {
     stop: Arc<AtomicBool>,
     records: Arc<Mutex<Vec<Rec>>>,
     errors: Arc<Mutex<Vec<String>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// A `read_committed` follower's bootstrap and topic, to build it again at its position.
+    follows: Option<(String, String)>,
 }
 
 impl Consumer {
@@ -120,27 +122,71 @@ impl Consumer {
     /// what a fresh read has. Apache Kafka only (the fault suite's `exactly_once` module doc
     /// says why not noida-db).
     pub fn read_committed(bootstrap: &str, topic: &str) -> Self {
-        let consumer = consumer(
-            bootstrap,
-            &format!("faults-eos-follow-{}", std::process::id()),
-            &[
-                ("isolation.level", Isolation::Committed.as_str()),
-                ("fetch.wait.max.ms", "50"),
-            ],
-        );
+        let consumer = follower_consumer(bootstrap);
         let partitions = partitions(&consumer, topic, Duration::from_secs(30))
             .unwrap_or_else(|| panic!("no partitions of {topic} within 30 s"));
         assign_from_start(&consumer, topic, partitions);
-        Self::spawn(consumer)
+        let mut follower = Self::spawn(consumer);
+        follower.follows = Some((bootstrap.to_owned(), topic.to_owned()));
+        follower
+    }
+
+    /// A follower that read nothing while behind: a new librdkafka consumer takes over at the
+    /// offset after the last record it read of each partition (the same records list). For a
+    /// client left without brokers by librdkafka >= 2.10 after a fenced KRaft broker's metadata
+    /// (no broker listed, no re-bootstrap scheduled; confluentinc/librdkafka#5301): only a new
+    /// client recovers, as for the bridge's own clients (`src/pipeline/recovery.rs`).
+    pub fn rebuild_at_position(&self) {
+        let Some((bootstrap, topic)) = &self.follows else {
+            return;
+        };
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.lock().expect("thread lock").take() {
+            let _ = t.join();
+        }
+        let consumer = follower_consumer(bootstrap);
+        let count = partitions(&consumer, topic, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("no partitions of {topic} within 30 s"));
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        let seen = self.snapshot();
+        for p in 0..count {
+            let next = seen
+                .iter()
+                .filter(|r| r.partition == p)
+                .map(|r| r.offset + 1)
+                .max();
+            let offset = next.map_or(rdkafka::Offset::Beginning, rdkafka::Offset::Offset);
+            tpl.add_partition_offset(topic, p, offset)
+                .expect("partition");
+        }
+        rdkafka::consumer::Consumer::assign(&consumer, &tpl).expect("assign");
+        self.stop.store(false, Ordering::Relaxed);
+        let thread = self.poll_thread(consumer, Arc::clone(&self.stop));
+        *self.thread.lock().expect("thread lock") = Some(thread);
     }
 
     fn spawn(consumer: BaseConsumer) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let (s, r, e_) = (Arc::clone(&stop), Arc::clone(&records), Arc::clone(&errors));
+        let mut this = Self {
+            stop: Arc::new(AtomicBool::new(false)),
+            records: Arc::new(Mutex::new(Vec::new())),
+            errors: Arc::new(Mutex::new(Vec::new())),
+            thread: Mutex::new(None),
+            follows: None,
+        };
+        let thread = this.poll_thread(consumer, Arc::clone(&this.stop));
+        *this.thread.get_mut().expect("thread lock") = Some(thread);
+        this
+    }
+
+    /// The thread that polls `consumer` into this consumer's records until `stop`.
+    fn poll_thread(
+        &self,
+        consumer: BaseConsumer,
+        s: Arc<AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let (r, e_) = (Arc::clone(&self.records), Arc::clone(&self.errors));
         let s_start = Instant::now();
-        let thread = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 match consumer.poll(Duration::from_millis(100)) {
                     Some(Ok(m)) => {
@@ -155,13 +201,7 @@ impl Consumer {
                     None => {}
                 }
             }
-        });
-        Self {
-            stop,
-            records,
-            errors,
-            thread: Some(thread),
-        }
+        })
     }
 
     /// Every error its `poll` returned, each with the time since it started (also printed as
@@ -205,10 +245,22 @@ impl Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = self.thread.get_mut().expect("thread lock").take() {
             let _ = t.join();
         }
     }
+}
+
+/// The settings of a long-lived `read_committed` follower ([`Consumer::read_committed`]).
+fn follower_consumer(bootstrap: &str) -> BaseConsumer {
+    consumer(
+        bootstrap,
+        &format!("faults-eos-follow-{}", std::process::id()),
+        &[
+            ("isolation.level", Isolation::Committed.as_str()),
+            ("fetch.wait.max.ms", "50"),
+        ],
+    )
 }
 
 /// Every record of `topic`, read afresh from offset 0 of every partition to the end with
