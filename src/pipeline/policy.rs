@@ -155,7 +155,9 @@ pub(super) async fn explain(
                 .unwrap_or(error)
         }
         error if error.is_producer_fenced() => coordinator_or_owner(store, epoch, error).await,
-        BridgeError::Delivery { .. } => super::missing_topic::explain(ctx, error).await,
+        BridgeError::Delivery { .. } | BridgeError::DeliveryStalled { .. } => {
+            super::missing_topic::explain(ctx, error).await
+        }
         other => other,
     }
 }
