@@ -155,10 +155,8 @@ pub(super) async fn explain(
                 .unwrap_or(error)
         }
         error if error.is_producer_fenced() => coordinator_or_owner(store, epoch, error).await,
-        BridgeError::Delivery { .. } | BridgeError::DeliveryStalled { .. } => {
-            super::missing_topic::explain(ctx, error).await
-        }
-        other => other,
+        // A delivery that may have met a missing topic: `missing_topic` decides which.
+        other => super::missing_topic::explain(ctx, other).await,
     }
 }
 

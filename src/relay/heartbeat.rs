@@ -28,7 +28,7 @@ use super::enqueue::{Kind, Pending};
 use super::{Mark, Relay};
 use crate::encode::heartbeat::{self, Beat};
 use crate::error::BridgeError;
-use crate::kafka::delivery::{Delivery, EventDeliveries};
+use crate::kafka::delivery::Delivery;
 use crate::observe::health::now_ms;
 use crate::observe::metrics::HeartbeatMetrics;
 
@@ -165,24 +165,12 @@ impl Relay {
         beat: Beat,
     ) {
         let metrics = self.heartbeats.as_ref().map(|h| h.metrics.clone());
-        let deliveries = EventDeliveries {
-            context: Arc::clone(&self.context),
-            topic_metrics: self.topic_metrics(&topic),
-            event_time: (None, None),
-            enqueued_at: Instant::now(),
-            deliveries,
-        };
-        let at = deliveries.enqueued_at;
-        let delivered = deliveries.wait("heartbeat");
-        let entry = futures::FutureExt::map(delivered, move |out| {
-            out.map(|()| {
-                if let Some(m) = &metrics {
-                    m.delivered(beat.wall_time_ms);
-                }
-                Mark::Nothing
-            })
+        self.push_untimed(topic, bytes, deliveries, "heartbeat", move || {
+            if let Some(m) = &metrics {
+                m.delivered(beat.wall_time_ms);
+            }
+            Mark::Nothing
         });
-        self.window.push_event(bytes, (at, topic), entry);
     }
 
     /// What a heartbeat made now says: the delivered prefix's position, else the one the run

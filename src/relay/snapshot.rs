@@ -108,6 +108,20 @@ impl Relay {
         operation_type: &'static str,
         state: Option<SharedState>,
     ) {
+        let mark = state.map_or(Mark::Nothing, Mark::Snapshot);
+        self.push_untimed(topic, bytes, deliveries, operation_type, move || mark);
+    }
+
+    /// Puts an entry without an event time (a snapshot's record, a heartbeat) in the window;
+    /// once its records are delivered it yields what `delivered` returns.
+    pub(super) fn push_untimed(
+        &mut self,
+        topic: Arc<str>,
+        bytes: usize,
+        deliveries: Vec<Delivery>,
+        operation_type: &'static str,
+        delivered: impl FnOnce() -> Mark + Send + 'static,
+    ) {
         let deliveries = EventDeliveries {
             context: Arc::clone(&self.context),
             topic_metrics: self.topic_metrics(&topic),
@@ -115,10 +129,9 @@ impl Relay {
             enqueued_at: Instant::now(),
             deliveries,
         };
-        let mark = state.map_or(Mark::Nothing, Mark::Snapshot);
         let at = deliveries.enqueued_at;
-        let delivered = deliveries.wait(operation_type);
-        let entry = futures::FutureExt::map(delivered, |out| out.map(|()| mark));
+        let waited = deliveries.wait(operation_type);
+        let entry = futures::FutureExt::map(waited, |out| out.map(|()| delivered()));
         self.window.push_event(bytes, (at, topic), entry);
     }
 }

@@ -78,10 +78,8 @@ pub fn default_broker() -> String {
 
 /// Whether `MKB_FAULTS_ONLY` (a comma-separated list; unset or empty: everything) names `name`.
 pub fn selected(name: &str) -> bool {
-    match std::env::var("MKB_FAULTS_ONLY") {
-        Ok(list) if !list.trim().is_empty() => list.split(',').any(|s| s.trim() == name),
-        _ => true,
-    }
+    let everything = std::env::var("MKB_FAULTS_ONLY").map_or(true, |l| l.trim().is_empty());
+    everything || named(name)
 }
 
 /// Whether `MKB_FAULTS_ONLY` names `name` itself (not merely empty: everything).
