@@ -290,6 +290,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_compatibility_policy_names_the_current_schema_version() {
+        let policy = include_str!("../docs/COMPATIBILITY.md");
+        let stated = format!("`schemaVersion` ({SCHEMA_VERSION} today)");
+        assert!(
+            policy.contains(&stated),
+            "docs/COMPATIBILITY.md must say {stated}"
+        );
+    }
+
+    #[test]
     fn a_document_of_a_newer_version_is_refused_with_the_way_forward() {
         let error =
             OffsetsDoc::parse(&doc! { "_id": "p", "epoch": 3_i64, "schemaVersion": 99_i64 })

@@ -152,3 +152,17 @@ pub(crate) fn set_format(headers: &mut [(&'static str, Vec<u8>)], format: &'stat
         *value = format.to_vec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_compatibility_policy_lists_every_header_name() {
+        let policy = include_str!("../../docs/COMPATIBILITY.md");
+        for name in super::HEADER_NAMES {
+            assert!(
+                policy.contains(&format!("`{name}`")),
+                "docs/COMPATIBILITY.md does not list the header {name}"
+            );
+        }
+    }
+}
