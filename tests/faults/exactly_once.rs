@@ -6,7 +6,7 @@
 //!   exactly once, a `read_uncommitted` read has more (aborted records).
 //! - `eostxn`: MongoDB transactions of 300 inserts with `max_transaction_events = 10`, the
 //!   bridge killed as soon as the first record of one reached the topic: a `read_committed`
-//!   reader polling throughout sees none of the 300 or all of them, once.
+//!   reader polling throughout sees, per partition, none or all of its share of the 300, once.
 //! - `eosfreeze`: the broker frozen (SIGSTOP) under load, once for less and once for more than
 //!   `transaction.timeout.ms`: exactly once, and the process keeps running.
 //! - `eosfence`: a second instance takes the pipeline over: the first stands by fenced, its

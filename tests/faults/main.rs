@@ -29,8 +29,9 @@
 //!   `MKB_FAULTS_REPEAT=N` runs the server scenarios N times in a row and prints each one's
 //!   pass count and recovery times; `MKB_FAULTS_SEED=N` fixes the
 //!   random seed (printed at start).
-//! - Scenarios run one after another in this one test (so they never overlap); a failing one does not stop the others, and
-//!   the table of results is printed at the end either way.
+//! - The server scenarios run in this one test, in two lanes side by side (each lane's
+//!   scenarios one after another, every scenario on servers of its own); a failing one does
+//!   not stop the others, and the table of results is printed at the end either way.
 //!
 //! The binary's ordinary tests (`deployments`, `history`, `isolation`, `killed`, `mock_kafka`, `ops`,
 //! `resumable`, `snapshot`, `exactly_once::gap`) each check one fault with plain assertions, on the shared
@@ -77,6 +78,7 @@ mod resumable;
 mod snapshot;
 
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Instant;
 
 use common::servers::services_managed;
@@ -137,77 +139,129 @@ async fn group_scenarios(suite: &mut Suite, ctx: &Ctx) {
     }
 }
 
-/// The scenarios that stop, freeze or restart servers, each on instances of its own.
-async fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
-    suite.run("kill9", "kill -9", crash::kill9(ctx)).await;
-    suite
-        .run("kafka", "Kafka frozen", outages::kafka_frozen(ctx))
-        .await;
-    suite
-        .run(
-            "mock",
-            "Kafka mock broker down",
-            outages::mock_broker_down(ctx),
-        )
-        .await;
-    suite
-        .run("mongo", "MongoDB restarted", outages::mongo_restart(ctx))
-        .await;
-    if ctx.long {
+/// The scenarios that stop, freeze or restart servers, each on instances of its own, in two
+/// lanes side by side ([`lanes`]): the at-least-once and group scenarios, and the
+/// exactly-once, stall and secrets scenarios. Every scenario has servers of its own, so the
+/// lanes share nothing but the machine; each scenario waits for conditions with deadlines, never
+/// for a time measured on an idle machine.
+fn server_scenarios(suite: &mut Suite, ctx: &Ctx) {
+    let (first, second) =
+        tokio::task::block_in_place(|| lanes(ctx, at_least_once_lane, exactly_once_lane));
+    suite.absorb(first);
+    suite.absorb(second);
+}
+
+/// A lane of scenarios, run one after another.
+type Lane = for<'c> fn(&'c mut Suite, &'c Ctx) -> Pin<Box<dyn Future<Output = ()> + 'c>>;
+
+/// Runs `a` and `b` each on a thread and runtime of its own (some scenarios block their
+/// thread, so one runtime would run them one after the other), and returns their results.
+fn lanes(ctx: &Ctx, a: Lane, b: Lane) -> (Suite, Suite) {
+    let lane = |f: Lane| {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .enable_all()
+                .build()
+                .expect("a lane's runtime");
+            let mut suite = Suite::default();
+            runtime.block_on(f(&mut suite, &ctx));
+            suite
+        })
+    };
+    let (a, b) = (lane(a), lane(b));
+    (
+        a.join().expect("the first lane's thread"),
+        b.join().expect("the second lane's thread"),
+    )
+}
+
+/// Crashes, outages, fencing, the cluster, security and the group.
+fn at_least_once_lane<'c>(
+    suite: &'c mut Suite,
+    ctx: &'c Ctx,
+) -> Pin<Box<dyn Future<Output = ()> + 'c>> {
+    Box::pin(async move {
+        suite.run("kill9", "kill -9", crash::kill9(ctx)).await;
+        suite
+            .run("kafka", "Kafka frozen", outages::kafka_frozen(ctx))
+            .await;
         suite
             .run(
-                "snapfreeze",
-                "MongoDB frozen mid-copy",
-                snapfreeze::mongo_frozen_mid_copy(ctx),
-            )
-            .await;
-    }
-    suite
-        .run("fence", "two instances", fencing::two_instances(ctx))
-        .await;
-    suite
-        .run("secrets", "secrets", async { secrets::secrets(ctx) })
-        .await;
-    if suite::default_broker() == "kafka" {
-        suite
-            .run(
-                "leader",
-                "Kafka: partition leader killed",
-                cluster::leader_killed(ctx),
+                "mock",
+                "Kafka mock broker down",
+                outages::mock_broker_down(ctx),
             )
             .await;
         suite
-            .run(
-                "security",
-                "Kafka security: SASL_SSL, TLS, ACLs",
-                security::security(ctx),
-            )
+            .run("mongo", "MongoDB restarted", outages::mongo_restart(ctx))
             .await;
-        group_scenarios(suite, ctx).await;
-    } else {
-        say!(
-            "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
-             evicts a member killed with kill -9, ../shared/INFRA.md)"
-        );
-    }
-    exactly_once::run(suite, ctx).await;
-    suite
-        .run(
-            "stall",
-            "Kafka stalls, both deliveries",
-            stalls::stalls(ctx),
-        )
-        .await;
-    // Long form, or named: the short form's freezes and `leader` cover a broker lost.
-    if suite::default_broker() == "kafka" && (ctx.long || suite::named("stallcoord")) {
+        if ctx.long {
+            suite
+                .run(
+                    "snapfreeze",
+                    "MongoDB frozen mid-copy",
+                    snapfreeze::mongo_frozen_mid_copy(ctx),
+                )
+                .await;
+        }
+        suite
+            .run("fence", "two instances", fencing::two_instances(ctx))
+            .await;
+        if suite::default_broker() == "kafka" {
+            suite
+                .run(
+                    "leader",
+                    "Kafka: partition leader killed",
+                    cluster::leader_killed(ctx),
+                )
+                .await;
+            suite
+                .run(
+                    "security",
+                    "Kafka security: SASL_SSL, TLS, ACLs",
+                    security::security(ctx),
+                )
+                .await;
+            group_scenarios(suite, ctx).await;
+        } else {
+            say!(
+                "skipped the group scenarios: they run on Apache Kafka (noida-db 0.2.3 never \
+                 evicts a member killed with kill -9, ../shared/INFRA.md)"
+            );
+        }
+    })
+}
+
+/// Exactly once, the Kafka stalls and the secrets.
+fn exactly_once_lane<'c>(
+    suite: &'c mut Suite,
+    ctx: &'c Ctx,
+) -> Pin<Box<dyn Future<Output = ()> + 'c>> {
+    Box::pin(async move {
+        exactly_once::run(suite, ctx).await;
         suite
             .run(
-                "stallcoord",
-                "exactly once: transaction coordinator killed",
-                stalls::coordinator_killed(ctx),
+                "stall",
+                "Kafka stalls, both deliveries",
+                stalls::stalls(ctx),
             )
             .await;
-    }
+        // Long form, or named: the short form's freezes and `leader` cover a broker lost.
+        if suite::default_broker() == "kafka" && (ctx.long || suite::named("stallcoord")) {
+            suite
+                .run(
+                    "stallcoord",
+                    "exactly once: transaction coordinator killed",
+                    stalls::coordinator_killed(ctx),
+                )
+                .await;
+        }
+        suite
+            .run("secrets", "secrets", async { secrets::secrets(ctx) })
+            .await;
+    })
 }
 
 /// `MKB_FAULTS_SEED`, else the clock's nanoseconds.
@@ -247,10 +301,7 @@ async fn fault_suite() {
         seed,
     };
     let started = Instant::now();
-    let mut suite = Suite {
-        rows: Vec::new(),
-        failures: Vec::new(),
-    };
+    let mut suite = Suite::default();
     suite
         .run("config", "bad configs", async {
             vec![bad_configs::bad_configs()]
@@ -266,7 +317,7 @@ async fn fault_suite() {
         let rounds = suite::repeat();
         for round in 1..=rounds {
             if rounds == 1 {
-                server_scenarios(&mut suite, &ctx).await;
+                server_scenarios(&mut suite, &ctx);
                 continue;
             }
             // Each round's configurations and logs in a directory of its own.
@@ -282,7 +333,7 @@ async fn fault_suite() {
                 dir,
                 seed: seed.wrapping_add(round as u64),
             };
-            server_scenarios(&mut suite, &round_ctx).await;
+            server_scenarios(&mut suite, &round_ctx);
         }
         if rounds > 1 {
             eprintln!(

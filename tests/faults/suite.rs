@@ -108,6 +108,7 @@ pub async fn suite_turn() -> RwLockWriteGuard<'static, ()> {
 }
 
 /// What every scenario gets.
+#[derive(Clone)]
 pub struct Ctx {
     /// `scripts/services`.
     pub script: PathBuf,
@@ -137,12 +138,19 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".to_owned())
 }
 
+#[derive(Default)]
 pub struct Suite {
     pub rows: Vec<Row>,
     pub failures: Vec<String>,
 }
 
 impl Suite {
+    /// Takes in the rows and failures of a lane (`main.rs`, `lanes`).
+    pub fn absorb(&mut self, lane: Suite) {
+        self.rows.extend(lane.rows);
+        self.failures.extend(lane.failures);
+    }
+
     /// Runs `scenario` when `MKB_FAULTS_ONLY` selects `name`; a panic fails its row.
     pub async fn run<Fut>(&mut self, name: &str, label: &str, scenario: Fut)
     where
