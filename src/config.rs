@@ -25,6 +25,7 @@ use serde::Deserialize;
 pub mod captured;
 pub(crate) mod debezium;
 pub(crate) mod exactly_once;
+pub(crate) mod fields;
 pub(crate) mod group;
 pub(crate) mod heartbeat;
 pub(crate) mod images;
@@ -45,6 +46,8 @@ pub use values::{
 };
 
 pub use debezium::DebeziumSettings;
+pub(crate) use fields::FieldRules;
+pub use fields::{EmptyUpdates, FieldSettings};
 pub use images::PreImages;
 pub use kafka::InFlightBounds;
 use names::OffsetsLocation;
@@ -313,6 +316,11 @@ impl Config {
         let uri = &self.mongodb.uri;
         let mut out: Vec<String> = uri.password().into_iter().map(str::to_owned).collect();
         out.extend(uri.option_secrets().into_iter().map(str::to_owned));
+        let keys = self
+            .pipelines
+            .iter()
+            .filter_map(|p| p.fields.as_ref()?.secret());
+        out.extend(keys.map(str::to_owned));
         let kafka = &self.kafka;
         for (key, value) in kafka.properties.iter().chain(&kafka.group_properties) {
             if kafka::is_secret_property(key) {

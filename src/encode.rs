@@ -34,6 +34,7 @@ use crate::extjson::{JsonMode, Utf8};
 
 pub(crate) mod dead_letter;
 pub(crate) mod debezium;
+pub(crate) mod fields;
 mod format;
 pub(crate) mod headers;
 pub(crate) mod heartbeat;
@@ -105,6 +106,9 @@ pub struct RecordEncoder {
     debezium: Option<debezium::Form>,
     /// `[pipelines.routing]` (`routing.rs`); `None` costs one branch per event.
     router: Option<Box<routing::Router>>,
+    /// `[pipelines.fields]` (`fields.rs`), applied before anything else reads the event;
+    /// `None` costs one branch per event.
+    fields: Option<Box<fields::FieldRewriter>>,
 }
 
 /// A record's key and value bytes, the value's `mongo.format`, and the diversion if any.
@@ -134,6 +138,7 @@ impl RecordEncoder {
             last_ns: (String::new(), String::new(), None),
             debezium: debezium::Form::of(pipeline),
             router: routing::Router::of(pipeline).map(Box::new),
+            fields: fields::FieldRewriter::of(pipeline).map(Box::new),
         }
     }
 
@@ -148,6 +153,15 @@ impl RecordEncoder {
     /// without `documentKey`, and (`on_ambiguous = "fail"`) an event JSON cannot carry exactly.
     pub fn encode(&mut self, raw: &RawDocument) -> Result<EncodedEvent, EncodeError> {
         let malformed = |e: &dyn std::fmt::Display| EncodeError::Malformed(e.to_string());
+        let rewritten;
+        let (raw, skip) = match &self.fields {
+            None => (raw, false),
+            Some(rules) => {
+                let r = rules.event(raw).map_err(|e| malformed(&e))?;
+                rewritten = r.event;
+                (&*rewritten, r.emptied && rules.skips_empty_updates())
+            }
+        };
         let view = ChangeEventView::parse(raw).map_err(|e| malformed(&e))?;
         let token = view.token.ok_or(EncodeError::MissingToken)?;
         let is_document_event = matches!(
@@ -158,6 +172,18 @@ impl RecordEncoder {
             return Err(EncodeError::MissingDocumentKey(
                 view.operation_type.to_owned(),
             ));
+        }
+        if skip {
+            // `empty_updates = "skip"`: no record; the relay still commits past it.
+            return Ok(EncodedEvent {
+                records: Vec::new(),
+                token: token.to_raw_document_buf(),
+                operation_type: operation_type(view.operation_type),
+                cluster_time: view.cluster_time,
+                wall_time_ms: view.wall_time_ms,
+                diverted: None,
+                txn: crate::event::TxnId::of(&view),
+            });
         }
         if self.debezium.is_some() {
             return self.encode_debezium(raw, &view, token);
@@ -357,6 +383,10 @@ impl RecordEncoder {
     }
 }
 
+#[cfg(test)]
+mod fields_corpus_tests;
+#[cfg(test)]
+mod fields_tests;
 #[cfg(test)]
 mod format_tests;
 #[cfg(test)]

@@ -107,3 +107,35 @@ pub(crate) async fn replica_set_mismatch(config: &Config) -> Option<BridgeError>
     }
     None
 }
+
+/// The shard keys (field names in the key pattern's order) of the sharded collections in
+/// `db.coll`, `db`, or the whole deployment (`db` `None`), from `config.collections`; none when
+/// that cannot be read (a replica set has no sharded collections).
+pub(crate) async fn shard_keys(
+    client: &Client,
+    db: Option<&str>,
+    coll: Option<&str>,
+) -> Vec<(String, Vec<String>)> {
+    use futures::TryStreamExt;
+    let filter = match (db, coll) {
+        (Some(db), Some(coll)) => doc! { "_id": format!("{db}.{coll}") },
+        (Some(db), None) => doc! { "_id": { "$regex": format!("^{}\\.", regex::escape(db)) } },
+        _ => doc! {},
+    };
+    let found = client
+        .database("config")
+        .collection::<bson::Document>("collections")
+        .find(filter)
+        .await;
+    let Ok(cursor) = found else {
+        return Vec::new();
+    };
+    let docs: Vec<bson::Document> = cursor.try_collect().await.unwrap_or_default();
+    docs.into_iter()
+        .filter(|d| !d.get_bool("dropped").unwrap_or(false))
+        .filter_map(|d| {
+            let ns = d.get_str("_id").ok()?.to_owned();
+            Some((ns, d.get_document("key").ok()?.keys().cloned().collect()))
+        })
+        .collect()
+}

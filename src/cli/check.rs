@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::error::BridgeError;
 
 mod exactly_once;
+mod fields;
 mod group;
 mod heartbeat;
 mod images;

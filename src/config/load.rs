@@ -58,7 +58,8 @@ impl Config {
                     field: "--config".into(),
                     reason: format!("not valid TOML: {e}"),
                 })?;
-        let overrides = apply_env(&mut tree, env)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let overrides = apply_env(&mut tree, env.iter().cloned())?;
         super::debezium::default_capture_mode(&mut tree);
         let mut settings = tree.clone();
         settings.remove("pipelines");
@@ -74,6 +75,17 @@ impl Config {
                 })
             })?;
         config.settings = Settings(settings);
+        for fields in config
+            .pipelines
+            .iter_mut()
+            .filter_map(|p| p.fields.as_mut())
+        {
+            let var = fields.hash_key_env.as_deref();
+            fields.env_key = env
+                .iter()
+                .find(|(k, _)| Some(k.as_str()) == var)
+                .map(|(_, v)| v.clone());
+        }
         if !lease_set {
             group::default_lease(&mut config);
         }

@@ -36,6 +36,9 @@ pub struct PipelineConfig {
     /// `[pipelines.routing]`: topics by namespace pattern or document field, the key from a
     /// field (`config/routing.rs`).
     pub routing: Option<super::RoutingSettings>,
+    /// `[pipelines.fields]`: field rules rewriting every document before it is encoded
+    /// (`config/fields.rs`).
+    pub fields: Option<super::FieldSettings>,
     /// Write a heartbeat record every this many ms (`config/heartbeat.rs`); 0 (default): off.
     #[serde(default)]
     pub heartbeat_interval_ms: u64,

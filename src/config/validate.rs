@@ -327,8 +327,8 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
     super::routing::rules(p, at)?; // first: its refusal of a snapshot names the way out
     super::snapshot::snapshot_rules(p, at)?;
     super::debezium::rules(p, at)?;
-    super::images::rules(p, at)?;
-    super::heartbeat::rules(p, at)?;
+    super::images::rules(p, at).and_then(|()| super::heartbeat::rules(p, at))?;
+    super::fields::rules(p, &format!("{at}."))?;
     let dead_letters = [
         ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
         ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),

@@ -37,6 +37,15 @@ impl RecordEncoder {
         read_time: Option<Timestamp>,
         mark: SnapshotMark,
     ) -> Result<(Vec<Record>, Option<Diversion>), EncodeError> {
+        let rewritten;
+        let doc = match &self.fields {
+            None => doc,
+            Some(rules) => {
+                let malformed = |e: bson::raw::Error| EncodeError::Malformed(e.to_string());
+                rewritten = rules.document(doc).map_err(malformed)?;
+                &*rewritten
+            }
+        };
         if let Some(format) = self.debezium_format() {
             let headers = copy_headers(&self.pipeline, target, read_time, format);
             let ns = (target.db.as_str(), target.coll.as_str());

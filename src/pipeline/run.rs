@@ -56,6 +56,7 @@ pub(super) async fn once(
     offsets: OffsetsDoc,
     cancel: &CancellationToken,
 ) -> Result<(), BridgeError> {
+    super::start::refuse_shard_key_rules(&ctx.client, &ctx.pipeline).await?;
     let b = &ctx.config.bridge;
     let epoch = offsets
         .epoch

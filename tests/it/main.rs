@@ -20,6 +20,7 @@ mod cluster;
 mod debezium;
 mod deploy;
 mod exactly_once;
+mod fields;
 mod heartbeat;
 mod lifecycle;
 mod ops;
