@@ -27,6 +27,8 @@ use sha2::Sha256;
 use crate::config::fields::{Action, Node};
 use crate::config::{EmptyUpdates, FieldRules, PipelineConfig};
 
+mod update;
+
 type Result<T> = std::result::Result<T, bson::raw::Error>;
 
 /// An event after the rules.
@@ -40,9 +42,28 @@ pub(crate) struct Rewritten {
 }
 
 /// A pipeline's field rules, ready to apply.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct FieldRewriter {
     rules: FieldRules,
+    /// The HMAC keyed once (its inner and outer pads hashed): each hash clones it.
+    keyed: Option<Hmac<Sha256>>,
+}
+
+impl std::fmt::Debug for FieldRewriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key (in `rules` and in the keyed state) is a secret: never printed.
+        f.debug_struct("FieldRewriter")
+            .field("include", &self.rules.include)
+            .field("empty_updates", &self.rules.empty_updates)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An empty document with room for `bytes` (fewer reallocations as it fills).
+fn with_capacity(bytes: usize) -> RawDocumentBuf {
+    let mut buf = Vec::with_capacity(bytes.max(5));
+    buf.extend_from_slice(&[5, 0, 0, 0, 0]);
+    RawDocumentBuf::from_bytes(buf).expect("five bytes are the empty document")
 }
 
 /// Where a dotted path lands under the rules.
@@ -62,7 +83,10 @@ impl FieldRewriter {
     /// The rewriter of `pipeline`, `None` without `[pipelines.fields]` rules.
     pub(crate) fn of(pipeline: &PipelineConfig) -> Option<Self> {
         let rules = pipeline.fields.as_ref()?.parsed()?;
-        Some(Self { rules })
+        let keyed = rules.hash_key.as_deref().map(|key| {
+            Hmac::<Sha256>::new_from_slice(key).expect("HMAC-SHA-256 takes a key of any length")
+        });
+        Some(Self { rules, keyed })
     }
 
     /// Whether an emptied update gets no record (`empty_updates = "skip"`).
@@ -74,7 +98,7 @@ impl FieldRewriter {
     ///
     /// Errors: malformed BSON.
     pub(crate) fn event(&self, event: &RawDocument) -> Result<Rewritten> {
-        let mut out = RawDocumentBuf::new();
+        let mut out = with_capacity(event.as_bytes().len());
         let mut emptied = false;
         for element in event {
             let (key, value) = element?;
@@ -104,7 +128,7 @@ impl FieldRewriter {
     }
 
     fn document_at(&self, doc: &RawDocument, node: &Node, top: bool) -> Result<RawDocumentBuf> {
-        let mut out = RawDocumentBuf::new();
+        let mut out = with_capacity(doc.as_bytes().len());
         for element in doc {
             let (key, value) = element?;
             match node.children.get(key) {
@@ -191,9 +215,10 @@ impl FieldRewriter {
 
     /// The lowercase hex HMAC-SHA-256 of `value` (see the module doc for the bytes).
     fn hash(&self, value: RawBsonRef<'_>) -> String {
-        let key = self.rules.hash_key.as_deref().unwrap_or_default();
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(key).expect("HMAC-SHA-256 takes a key of any length");
+        let mut mac = match &self.keyed {
+            Some(keyed) => keyed.clone(),
+            None => Hmac::<Sha256>::new_from_slice(&[]).expect("an empty HMAC key is valid"),
+        };
         match value {
             RawBsonRef::String(s) => mac.update(s.as_bytes()),
             other => {
@@ -253,118 +278,6 @@ impl FieldRewriter {
             path: out.join("."),
             whole,
             node,
-        }
-    }
-
-    /// `updateDescription` rewritten, and whether its changes were all removed.
-    fn update(&self, update: &RawDocument) -> Result<(RawDocumentBuf, bool)> {
-        let mut out = RawDocumentBuf::new();
-        let (mut before, mut after) = (0, 0);
-        for element in update {
-            let (key, value) = element?;
-            match (key, value) {
-                ("updatedFields", RawBsonRef::Document(fields)) => {
-                    let mut kept = RawDocumentBuf::new();
-                    for field in fields {
-                        let (path, v) = field?;
-                        before += 1;
-                        self.updated(&mut kept, path, v)?;
-                    }
-                    after += kept.iter().count();
-                    out.append_ref(key, &kept);
-                }
-                ("removedFields" | "truncatedArrays", RawBsonRef::Array(items)) => {
-                    let mut kept = RawArrayBuf::new();
-                    for item in items {
-                        before += 1;
-                        if let Some(v) = self.removed(item?)? {
-                            kept.push(v);
-                            after += 1;
-                        }
-                    }
-                    out.append(key, kept);
-                }
-                ("disambiguatedPaths", RawBsonRef::Document(paths)) => {
-                    let mut kept = RawDocumentBuf::new();
-                    for entry in paths {
-                        let (path, v) = entry?;
-                        if self.untouched(path) {
-                            kept.append_ref(path, v);
-                        }
-                    }
-                    out.append_ref(key, &kept);
-                }
-                _ => out.append_ref(key, value),
-            }
-        }
-        Ok((out, before > 0 && after == 0))
-    }
-
-    /// Writes the `updatedFields` entry `path: value` into `out` under the rules.
-    fn updated(&self, out: &mut RawDocumentBuf, path: &str, value: RawBsonRef<'_>) -> Result<()> {
-        match self.resolve(path) {
-            Resolved::Drop => {}
-            Resolved::Keep {
-                path,
-                whole: Some(action),
-                ..
-            } => {
-                if let Some(v) = self.apply(action, value)? {
-                    out.append(path, v);
-                }
-            }
-            Resolved::Keep {
-                path,
-                node: Some(node),
-                ..
-            } => self.value(out, &path, value, node)?,
-            Resolved::Keep { path, .. } => out.append_ref(path, value),
-        }
-        Ok(())
-    }
-
-    /// A `removedFields` path or a `truncatedArrays` entry under the rules; `None` to drop it.
-    fn removed(&self, item: RawBsonRef<'_>) -> Result<Option<RawBson>> {
-        let renamed = |path: &str| match self.resolve(path) {
-            Resolved::Drop => None,
-            Resolved::Keep { path, .. } => Some(path),
-        };
-        Ok(match item {
-            RawBsonRef::String(path) => renamed(path).map(RawBson::String),
-            RawBsonRef::Document(entry) => {
-                let Ok(field) = entry.get_str("field") else {
-                    return Ok(Some(item.to_raw_bson()));
-                };
-                let Some(path) = renamed(field) else {
-                    return Ok(None);
-                };
-                let mut out = RawDocumentBuf::new();
-                for element in entry {
-                    let (key, value) = element?;
-                    match key {
-                        "field" => out.append(key, path.as_str()),
-                        _ => out.append_ref(key, value),
-                    }
-                }
-                Some(RawBson::Document(out))
-            }
-            other => Some(other.to_raw_bson()),
-        })
-    }
-
-    /// Whether no rule changes anything at `path` (its name or its value).
-    fn untouched(&self, path: &str) -> bool {
-        match self.resolve(path) {
-            Resolved::Drop => false,
-            Resolved::Keep {
-                path: written,
-                whole,
-                node,
-            } => {
-                written == path
-                    && whole.is_none()
-                    && node.is_none_or(|n| n.children.is_empty() && self.keeps_unruled(n))
-            }
         }
     }
 }

@@ -140,6 +140,31 @@ pub(super) fn lost_history(
     }
 }
 
+/// Refuses `[pipelines.fields]` rules that touch a shard-key field of a sharded collection
+/// the pipeline watches (`config/fields.rs`): the rules rewrite documents, and a copy's key and
+/// position are read from them. Checked at each run's start (a collection may have been
+/// sharded since), and by `check`.
+///
+/// Errors: [`BridgeError::Config`] naming the rule, the collection and the field.
+pub(super) async fn refuse_shard_key_rules(
+    client: &mongodb::Client,
+    p: &PipelineConfig,
+) -> Result<(), BridgeError> {
+    let Some(fields) = &p.fields else {
+        return Ok(());
+    };
+    let keys = crate::mongo::shard_keys(client, p.database.as_deref(), p.collection.as_deref());
+    for (ns, key) in keys.await {
+        if let Some((rule, field)) = crate::config::fields::shard_key_conflict(fields, &key) {
+            return Err(BridgeError::Config {
+                field: format!("pipeline {}: fields.{rule}", p.name),
+                reason: crate::config::fields::shard_key_reason(&ns, &field),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use bson::RawDocumentBuf;
@@ -219,29 +244,4 @@ mod tests {
         assert_eq!(initial_snapshot(&p, &whole), None);
         assert!(initial_snapshot(&p, &OffsetsDoc::default()).is_some());
     }
-}
-
-/// Refuses `[pipelines.fields]` rules that touch a shard-key field of a sharded collection
-/// the pipeline watches (`config/fields.rs`): the rules rewrite documents, and a copy's key and
-/// position are read from them. Checked at each run's start (a collection may have been
-/// sharded since), and by `check`.
-///
-/// Errors: [`BridgeError::Config`] naming the rule, the collection and the field.
-pub(super) async fn refuse_shard_key_rules(
-    client: &mongodb::Client,
-    p: &PipelineConfig,
-) -> Result<(), BridgeError> {
-    let Some(fields) = &p.fields else {
-        return Ok(());
-    };
-    let keys = crate::mongo::shard_keys(client, p.database.as_deref(), p.collection.as_deref());
-    for (ns, key) in keys.await {
-        if let Some((rule, field)) = crate::config::fields::shard_key_conflict(fields, &key) {
-            return Err(BridgeError::Config {
-                field: format!("pipeline {}: fields.{rule}", p.name),
-                reason: crate::config::fields::shard_key_reason(&ns, &field),
-            });
-        }
-    }
-    Ok(())
 }

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use bson::doc;
 
-use mongo_kafka_bridge::observe::metrics::CHECKPOINT_TIMESTAMP;
+use mongo_kafka_bridge::observe::metrics::{CHECKPOINT_TIMESTAMP, IN_FLIGHT_EVENTS};
 
-use crate::common::bridge::{Killed, signal, spawn_binary, start_bridge, start_opened};
+use crate::common::bridge::{BridgeProc, Killed, signal, spawn_binary, start_bridge, start_opened};
 use crate::common::collect::{collect, collect_from, key_ids, key_of};
 use crate::common::config::{config_file, config_toml};
 use crate::common::kafka::create_topic;
 use crate::common::mongo::{events_committed, mongo, offsets_doc, wait_offsets};
-use crate::common::observe::counter;
+use crate::common::observe::{counter, fetch, metric_sum};
 use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 
@@ -179,20 +179,36 @@ async fn sigterm_drains_within_the_bound_and_a_second_signal_exits_at_once() {
         .get_datetime("leaseUntil")
         .unwrap()
         .timestamp_millis();
-    let mut second = spawn_binary(file.path());
+    let log = tempfile::tempdir().unwrap();
+    let mut second = BridgeProc::spawn(file.path(), log.path().join("second.log"));
+    let addr = second.metrics_addr(WAIT);
     wait_offsets(&client, &db, "sig", WAIT, |d| d.get_i64("epoch") == Ok(2)).await;
     while bson::DateTime::now().timestamp_millis() < lease_end + 1000 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     coll.insert_one(doc! { "_id": 100 }).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // (its record in flight, undeliverable: else the first signal's drain has nothing to wait
+    // for and ends before the second signal)
+    let in_flight = || {
+        fetch(&addr, "/metrics").map_or(0.0, |(_, body)| {
+            metric_sum(&body, IN_FLIGHT_EVENTS, &["pipeline=\"sig\""])
+        })
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while in_flight() < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no record in flight within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let started = std::time::Instant::now();
-    signal(second.id(), "TERM");
+    signal(second.pid(), "TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    signal(second.id(), "INT");
+    signal(second.pid(), "INT");
     // THEN it exits at once with 130
-    let status = wait_exit(&mut second, Duration::from_secs(10));
-    assert_eq!(status, Some(130));
+    let status = wait_exit(&mut second.child, Duration::from_secs(10));
+    assert_eq!(status, Some(130), "{}", second.log_tail(20));
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
