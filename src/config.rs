@@ -319,7 +319,7 @@ impl Config {
         let keys = self
             .pipelines
             .iter()
-            .filter_map(|p| p.fields.as_ref()?.secret());
+            .filter_map(|p| p.fields.as_ref()?.key());
         out.extend(keys.map(str::to_owned));
         let kafka = &self.kafka;
         for (key, value) in kafka.properties.iter().chain(&kafka.group_properties) {
@@ -349,4 +349,4 @@ impl KafkaConfig {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -68,6 +68,21 @@ pub struct EncodedEvent {
     pub(crate) txn: Option<crate::event::TxnId>,
 }
 
+impl EncodedEvent {
+    /// The event's facts with no record yet (a skipped event, or one whose records follow).
+    pub(crate) fn without_records(view: &ChangeEventView<'_>, token: &RawDocument) -> Self {
+        Self {
+            records: Vec::new(),
+            token: token.to_raw_document_buf(),
+            operation_type: operation_type(view.operation_type),
+            cluster_time: view.cluster_time,
+            wall_time_ms: view.wall_time_ms,
+            diverted: None,
+            txn: crate::event::TxnId::of(view),
+        }
+    }
+}
+
 /// The bytes of a document of the bridge's own (a gap marker, its key) in `format`: its BSON,
 /// or its canonical Extended JSON (the bridge's own documents are never ambiguous).
 pub(crate) fn own_document(doc: &RawDocument, format: Format) -> Vec<u8> {
@@ -175,15 +190,7 @@ impl RecordEncoder {
         }
         if skip {
             // `empty_updates = "skip"`: no record; the relay still commits past it.
-            return Ok(EncodedEvent {
-                records: Vec::new(),
-                token: token.to_raw_document_buf(),
-                operation_type: operation_type(view.operation_type),
-                cluster_time: view.cluster_time,
-                wall_time_ms: view.wall_time_ms,
-                diverted: None,
-                txn: crate::event::TxnId::of(&view),
-            });
+            return Ok(EncodedEvent::without_records(&view, token));
         }
         if self.debezium.is_some() {
             return self.encode_debezium(raw, &view, token);

@@ -274,14 +274,9 @@ impl FieldSettings {
         }))
     }
 
-    /// The HMAC key: `hash_key`, else what `hash_key_env` named.
-    fn key(&self) -> Option<&str> {
+    /// The HMAC key: `hash_key`, else what `hash_key_env` named (a secret: redaction lists it).
+    pub(crate) fn key(&self) -> Option<&str> {
         self.hash_key.as_deref().or(self.env_key.as_deref())
-    }
-
-    /// The key, if any, for redaction.
-    pub(crate) fn secret(&self) -> Option<&str> {
-        self.key()
     }
 }
 

@@ -1492,3 +1492,19 @@ fn a_stop_keeps_a_share_of_the_shutdown_bound_for_the_final_commit() {
         std::time::Duration::from_millis(28_000)
     );
 }
+
+/// The commented-out block of `deploy/config.example.toml` from the line starting `from` to the
+/// one starting `to`, uncommented, its trailing comments dropped.
+pub(crate) fn example_block(from: &str, to: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/config.example.toml");
+    let text = std::fs::read_to_string(path).expect("the example configuration");
+    let start = text.find(from).expect("the block's start");
+    let end = text[start..].find(to).expect("the block's end") + start;
+    text[start..end]
+        .lines()
+        .map(|l| l.split_once("  #").map_or(l, |(code, _)| code).trim_end())
+        .map(|l| l.strip_prefix("# ").unwrap_or(""))
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect()
+}

@@ -48,7 +48,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bson::RawDocument;
 
 use super::headers::CONTEXT_HEADERS;
-use super::{Diversion, EncodedEvent, Record, RecordEncoder, operation_type};
+use super::{Diversion, EncodedEvent, Record, RecordEncoder};
 use crate::config::PipelineConfig;
 use crate::error::encode::{EncodeError, Unrepresentable};
 use crate::event::ChangeEventView;
@@ -166,15 +166,7 @@ impl RecordEncoder {
         view: &ChangeEventView<'_>,
         token: &RawDocument,
     ) -> Result<EncodedEvent, EncodeError> {
-        let mut encoded = EncodedEvent {
-            records: Vec::new(),
-            token: token.to_raw_document_buf(),
-            operation_type: operation_type(view.operation_type),
-            cluster_time: view.cluster_time,
-            wall_time_ms: view.wall_time_ms,
-            diverted: None,
-            txn: crate::event::TxnId::of(view),
-        };
+        let mut encoded = EncodedEvent::without_records(view, token);
         let Some(op) = op_of(view.operation_type) else {
             return Ok(encoded);
         };

@@ -297,20 +297,8 @@ fn a_rule_on_a_shard_key_field_is_found_with_its_rule() {
 
 #[test]
 fn the_example_configurations_fields_block_is_valid_once_uncommented() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/config.example.toml");
-    let text = std::fs::read_to_string(path).expect("the example configuration");
-    let start = text.find("# [pipelines.fields]").expect("a fields block");
-    let end = text[start..]
-        .find("# [pipelines.routing]")
-        .expect("its end")
-        + start;
-    let block: String = text[start..end]
-        .lines()
-        .map(|l| l.split_once("  #").map_or(l, |(code, _)| code).trim_end())
-        .map(|l| l.strip_prefix("# ").unwrap_or(""))
-        .filter(|l| !l.is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let block =
+        crate::config::tests::example_block("# [pipelines.fields]", "# [pipelines.routing]");
     let text = format!(
         "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
          [[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n{block}"

@@ -85,32 +85,23 @@ fn routed_fields_untouched(
         return Ok(());
     };
     for routed in routed_fields(routing) {
-        for (key, path) in f.paths() {
-            let overlaps = path.starts_with(&routed) || routed.starts_with(&path);
-            if overlaps && !key.starts_with("include") {
-                return Err(BridgeError::Config {
-                    field: format!("{at}{key}"),
-                    reason: format!(
-                        "touches \"{}\", which [pipelines.routing] routes or keys by: the route \
-                         reads the event after the rules, so this rule would change where (or \
-                         under which key) records go; leave the field alone",
-                        routed.join(".")
-                    ),
-                });
-            }
-        }
-        if !f.include.is_empty()
-            && !f.include.iter().any(|i| {
-                let i: Vec<String> = i.split('.').map(str::to_owned).collect();
-                routed.starts_with(&i)
-            })
-        {
-            return Err(BridgeError::Config {
-                field: format!("{at}include"),
-                reason: format!(
+        if let Some(key) = rule_touching(f, &routed) {
+            let reason = if key == "include" {
+                format!(
                     "leaves out \"{}\", which [pipelines.routing] routes or keys by: include it",
                     routed.join(".")
-                ),
+                )
+            } else {
+                format!(
+                    "touches \"{}\", which [pipelines.routing] routes or keys by: the route \
+                     reads the event after the rules, so this rule would change where (or \
+                     under which key) records go; leave the field alone",
+                    routed.join(".")
+                )
+            };
+            return Err(BridgeError::Config {
+                field: format!("{at}{key}"),
+                reason,
             });
         }
     }
@@ -124,24 +115,30 @@ pub(crate) fn shard_key_conflict(
     f: &FieldSettings,
     shard_key: &[String],
 ) -> Option<(String, String)> {
-    for field in shard_key.iter().filter(|k| k.as_str() != "_id") {
-        let parts: Vec<String> = field.split('.').map(str::to_owned).collect();
-        for (key, path) in f.paths() {
-            let overlaps = path.starts_with(&parts) || parts.starts_with(&path);
-            if overlaps && !key.starts_with("include") {
-                return Some((key, field.clone()));
-            }
-        }
-        let included = f.include.is_empty()
-            || f.include.iter().any(|i| {
-                let i: Vec<String> = i.split('.').map(str::to_owned).collect();
-                parts.starts_with(&i)
-            });
-        if !included {
-            return Some(("include".to_owned(), field.clone()));
-        }
+    shard_key
+        .iter()
+        .filter(|k| k.as_str() != "_id")
+        .find_map(|field| {
+            let parts: Vec<String> = field.split('.').map(str::to_owned).collect();
+            rule_touching(f, &parts).map(|key| (key, field.clone()))
+        })
+}
+
+/// The TOML key (under `fields.`) of the first rule that would change `field` (components):
+/// a rule at, above or under it, or `include` when no included path covers it.
+fn rule_touching(f: &FieldSettings, field: &[String]) -> Option<String> {
+    let touching = f.paths().into_iter().find(|(key, path)| {
+        !key.starts_with("include") && (path.starts_with(field) || field.starts_with(path))
+    });
+    if let Some((key, _)) = touching {
+        return Some(key);
     }
-    None
+    let covered = f.include.is_empty()
+        || f.include.iter().any(|i| {
+            let i: Vec<String> = i.split('.').map(str::to_owned).collect();
+            field.starts_with(&i)
+        });
+    (!covered).then(|| "include".to_owned())
 }
 
 /// Why a rule on a shard-key field is refused, with the way out.

@@ -210,20 +210,8 @@ fn routing_is_absent_by_default() {
 
 #[test]
 fn the_example_configurations_routing_block_is_valid_once_uncommented() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/config.example.toml");
-    let text = std::fs::read_to_string(path).expect("the example configuration");
-    let start = text.find("# [pipelines.routing]").expect("a routing block");
-    let end = text[start..]
-        .find("# [pipelines.debezium]")
-        .expect("the block's end")
-        + start;
-    let block: String = text[start..end]
-        .lines()
-        .map(|l| l.split_once("  #").map_or(l, |(code, _)| code).trim_end())
-        .map(|l| l.strip_prefix("# ").unwrap_or(""))
-        .filter(|l| !l.is_empty())
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let block =
+        crate::config::tests::example_block("# [pipelines.routing]", "# [pipelines.debezium]");
     let config = load(&format!("tombstones = false\n{block}")).expect("the block loads");
     let routing = config.pipelines[0].routing.as_ref().expect("routing");
     assert_eq!(routing.namespaces.len(), 2, "{block}");
