@@ -58,12 +58,33 @@ collection = "orders"
     )
 }
 
+/// `/readyz` once it answers `code` with `has` in its body; on timeout the panic shows the last
+/// answer and the pipelines' restart counters (what kept it from getting there).
 async fn readyz_until(addr: std::net::SocketAddr, code: u16, has: &str) -> String {
-    eventually(WAIT, has, || async move {
-        let (c, body) = get(addr, "/readyz").await;
-        (c == code && body.contains(has)).then_some(body)
-    })
-    .await
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = std::sync::Arc::clone(&last);
+    let probe = eventually(WAIT, has, move || {
+        let seen = std::sync::Arc::clone(&seen);
+        async move {
+            let (c, body) = get(addr, "/readyz").await;
+            *seen.lock().unwrap() = format!("{c} {body}");
+            (c == code && body.contains(has)).then_some(body)
+        }
+    });
+    match futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(probe)).await {
+        Ok(body) => body,
+        Err(_) => {
+            let (_, metrics) = get(addr, "/metrics").await;
+            let restarts: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("mongo_kafka_bridge_pipeline_restarts_total"))
+                .collect();
+            panic!(
+                "timed out waiting for /readyz {code} {has:?}; last answer: {}; {restarts:?}",
+                last.lock().unwrap()
+            );
+        }
+    }
 }
 
 fn metric(text: &str, series: &str) -> Option<f64> {
