@@ -52,8 +52,10 @@ pub struct PipelineHealth {
     /// restart runs it again).
     failed: Mutex<Option<String>>,
     /// A topic it writes that the cluster does not list, with its namespace, until the topic
-    /// exists.
+    /// is listed or a record reaches it.
     topic_missing: Mutex<Option<(String, String)>>,
+    /// Whether `topic_missing` holds a topic: the per-delivery check is one atomic load.
+    any_topic_missing: AtomicBool,
     /// In a group: the pipeline is not assigned to this member (another one runs it). Such a
     /// pipeline counts for neither readiness nor liveness here.
     pub elsewhere: AtomicBool,
@@ -90,6 +92,7 @@ impl PipelineHealth {
         let mut missing = self.topic_missing.lock().unwrap_or_else(|e| e.into_inner());
         let began = missing.is_none();
         *missing = Some((topic.to_owned(), what.to_owned()));
+        self.any_topic_missing.store(true, Ordering::Relaxed);
         began
     }
 
@@ -114,6 +117,23 @@ impl PipelineHealth {
     /// The topic is there again (or the pipeline no longer waits for one).
     pub(crate) fn clear_topic_missing(&self) {
         *self.topic_missing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.any_topic_missing.store(false, Ordering::Relaxed);
+    }
+
+    /// A record for `topic` was delivered: when that topic was the missing one, the episode is
+    /// over. A run may start before the cluster's metadata lists a topic just created (Kafka's
+    /// `CreateTopics` says brokers learn of it asynchronously) and then deliver to it, with no
+    /// later run to find it listed. Called per delivered event: one atomic load when no topic
+    /// is missing.
+    pub(crate) fn delivered_to(&self, topic: &str) {
+        if !self.any_topic_missing.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut missing = self.topic_missing.lock().unwrap_or_else(|e| e.into_inner());
+        if missing.as_ref().is_some_and(|(t, _)| t == topic) {
+            *missing = None;
+            self.any_topic_missing.store(false, Ordering::Relaxed);
+        }
     }
 
     /// The missing topic and its `/readyz` line, if one is missing.

@@ -13,8 +13,12 @@
 //!   `…_topic_missing_total` counts the episode once;
 //! - the cluster does not answer: the error stays an outage.
 //!
-//! Invariant: the episode ends ([`seen`]) only when a later run finds the topic listed, so a
-//! pipeline that keeps failing on the same missing topic counts it once.
+//! Invariant: the episode ends only when a later run finds the topic listed ([`seen`]) or a
+//! record reaches the topic (`PipelineHealth::delivered_to`, from the relay's delivered
+//! prefix), so a pipeline that keeps failing on the same missing topic counts it once. A
+//! delivery ends it too because the cluster's metadata may list a topic just created later
+//! than a producer delivers to it: a run that started on the stale listing and then delivers
+//! has no later run to see the listing.
 
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode as C;

@@ -67,6 +67,9 @@ impl Relay {
         }
         if done.is_event {
             self.health.kafka_failing.store(false, Ordering::Relaxed);
+            if let Some(topic) = &done.topic {
+                self.health.delivered_to(topic);
+            }
         }
     }
 

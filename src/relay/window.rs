@@ -44,6 +44,8 @@ pub(crate) struct Completed<T> {
     pub bytes: usize,
     /// Whether the entry was an event (not a watermark).
     pub is_event: bool,
+    /// An event's topic (moved out of the window's bookkeeping, never cloned per event).
+    pub topic: Option<Arc<str>>,
 }
 
 /// Ordered in-flight entries with count and byte accounting.
@@ -90,6 +92,7 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
                 position,
                 bytes,
                 is_event: true,
+                topic: None,
             })
         });
         self.entries.push_back(Box::pin(entry));
@@ -103,18 +106,20 @@ impl<T: Send + 'static, E: Send + 'static> OrderedWindow<T, E> {
                 position,
                 bytes: 0,
                 is_event: false,
+                topic: None,
             }))));
     }
 
     /// Waits for the head entry; `None` when the window is empty. Cancel-safe.
     pub(crate) async fn next(&mut self) -> Option<Result<Completed<T>, E>> {
-        let out = self.entries.next().await?;
-        self.pushed_at.pop_front();
-        if let Ok(done) = &out
+        let mut out = self.entries.next().await?;
+        let topic = self.pushed_at.pop_front().and_then(|(_, topic)| topic);
+        if let Ok(done) = &mut out
             && done.is_event
         {
             self.events -= 1;
             self.bytes -= done.bytes;
+            done.topic = topic;
         }
         Some(out)
     }

@@ -159,3 +159,23 @@ fn a_group_member_is_ready_once_joined_with_what_it_runs_and_not_with_a_slot_it_
     assert_eq!(health.names(), vec!["a".to_owned(), "b".to_owned()]);
     assert!(health.readiness(1000).ready);
 }
+
+#[test]
+fn a_missing_topic_ends_when_a_record_reaches_it_and_only_that_topic() {
+    let health = Health::new(["a".to_owned()], 120_000);
+    let a = health.pipeline("a");
+    a.stream_open.store(true, Ordering::Relaxed);
+    assert!(a.set_topic_missing("t", "topic \"t\" does not exist"));
+    assert!(
+        !a.set_topic_missing("t", "topic \"t\" does not exist"),
+        "one episode"
+    );
+    a.delivered_to("other");
+    assert_eq!(
+        health.readiness(1000),
+        not_ready(&["pipeline a: topic \"t\" does not exist"])
+    );
+    a.delivered_to("t");
+    assert_eq!(health.readiness(1000), ready(&[]));
+    assert!(a.set_topic_missing("t", "again"), "a new episode");
+}
