@@ -36,6 +36,7 @@ mod pipelines;
 pub(crate) mod routing;
 mod snapshot;
 mod suggest;
+pub(crate) mod unwrap;
 mod validate;
 mod values;
 
@@ -53,6 +54,7 @@ pub use kafka::InFlightBounds;
 use names::OffsetsLocation;
 pub use pipelines::PipelineConfig;
 pub use routing::{NamespaceRoute, RoutingSettings};
+pub use unwrap::{AddedField, UnwrapDeletes, UnwrapSettings};
 
 /// Prefix of environment overrides; `__` separates path segments.
 pub const ENV_PREFIX: &str = "MONGO_KAFKA_BRIDGE__";

@@ -1,8 +1,9 @@
 //! Stage 2, the encoder: change event → Kafka records: topic (`topics`), key and value in
 //! each `format` (`format.rs`), headers (`headers`), the dead-letter stubs that stand for
 //! what cannot be written (`dead_letter`), a snapshot's records (`snapshot.rs`), and the
-//! Debezium form (`debezium.rs`, `value = "debezium"`: Debezium's records, its own rules).
-//! Pure, no I/O.
+//! Debezium form (`debezium.rs`, `value = "debezium"`: Debezium's records, its own rules), the
+//! unwrapped form (`unwrap.rs`, `value = "unwrapped"`), and what `on_ambiguous` makes of an event
+//! and the tombstone after a delete (`diversion.rs`). Pure, no I/O.
 //!
 //! The record format is a public contract (README, "Record format"):
 //! - **Key**: the event's `documentKey`, whole and in the server's field order, as compact
@@ -13,7 +14,8 @@
 //! - **Value**: the whole event (`value = "change_event"`) or `fullDocument` only
 //!   (`value = "document"`; null for deletes and for updates whose lookup found nothing; an event
 //!   without a document, such as a drop, keeps the whole event so that a document topic says the
-//!   namespace changed), as Extended JSON (`format = "json"`) or BSON (`"bson"`).
+//!   namespace changed), or the document after the change as a flat record (`value =
+//!   "unwrapped"`, `unwrap.rs`), as Extended JSON (`format = "json"`) or BSON (`"bson"`).
 //! - **Tombstone**: with `tombstones = true` and `value = "change_event"`, a delete yields a second
 //!   record with the same key and a null value. In `document` mode the delete record *is* the
 //!   tombstone. The relay commits an event only once all of its records are delivered.
@@ -34,6 +36,7 @@ use crate::extjson::{JsonMode, Utf8};
 
 pub(crate) mod dead_letter;
 pub(crate) mod debezium;
+mod diversion;
 pub(crate) mod fields;
 mod format;
 pub(crate) mod headers;
@@ -42,8 +45,8 @@ pub(crate) mod record;
 pub(crate) mod routing;
 mod snapshot;
 pub(crate) mod topics;
+mod unwrap;
 
-use dead_letter::Refused;
 pub(crate) use format::lossy_json;
 use format::{Failed, key_bytes, value_bytes};
 pub(crate) use headers::{format_header, header_name, operation_type};
@@ -124,6 +127,8 @@ pub struct RecordEncoder {
     /// `[pipelines.fields]` (`fields.rs`), applied before anything else reads the event;
     /// `None` costs one branch per event.
     fields: Option<Box<fields::FieldRewriter>>,
+    /// `value = "unwrapped"` (`unwrap.rs`).
+    unwrap: Option<unwrap::Unwrapper>,
 }
 
 /// A record's key and value bytes, the value's `mongo.format`, and the diversion if any.
@@ -154,6 +159,7 @@ impl RecordEncoder {
             debezium: debezium::Form::of(pipeline),
             router: routing::Router::of(pipeline).map(Box::new),
             fields: fields::FieldRewriter::of(pipeline).map(Box::new),
+            unwrap: unwrap::Unwrapper::of(pipeline),
         }
     }
 
@@ -197,19 +203,28 @@ impl RecordEncoder {
         }
         let topic = self.topic_for(&view, Some(raw));
         let key_doc = self.key_of(raw, &view);
-        let (value_doc, prefix) = match (self.value, view.full_document) {
-            (ValueMode::ChangeEvent | ValueMode::Debezium, _) => (Some(raw), ""),
-            (ValueMode::Document, Some(Some(doc))) => (Some(doc), "fullDocument."),
+        let (value_doc, prefix, collision) = match (self.value, view.full_document) {
+            (ValueMode::ChangeEvent | ValueMode::Debezium, _) => {
+                (Some(Cow::Borrowed(raw)), "", None)
+            }
+            (ValueMode::Unwrapped, _) => self.unwrapped(raw, &view).map_err(|e| malformed(&e))?,
+            (ValueMode::Document, Some(Some(doc))) => {
+                (Some(Cow::Borrowed(doc)), "fullDocument.", None)
+            }
             // A drop, rename, dropDatabase, invalidate: the event itself marks the namespace.
-            (ValueMode::Document, _) if !is_document_event => (Some(raw), ""),
-            (ValueMode::Document, _) => (None, ""),
+            (ValueMode::Document, _) if !is_document_event => (Some(Cow::Borrowed(raw)), "", None),
+            (ValueMode::Document, _) => (None, "", None),
         };
-        let written = key_bytes(&key_doc, self.key_format, self.utf8).and_then(|key| {
-            let value = value_doc
-                .map(|doc| value_bytes(doc, prefix, self.format, self.json, self.utf8))
-                .transpose()?;
-            Ok((key, value))
-        });
+        let value_doc = value_doc.as_deref();
+        let written = match collision {
+            Some(problem) => Err(Failed::Unrepresentable(problem)),
+            None => key_bytes(&key_doc, self.key_format, self.utf8).and_then(|key| {
+                let value = value_doc
+                    .map(|doc| value_bytes(doc, prefix, self.format, self.json, self.utf8))
+                    .transpose()?;
+                Ok((key, value))
+            }),
+        };
         let (key, value, format, diverted) = match written {
             Ok((key, value)) => (key, value, format_header(self.format, self.json), None),
             Err(Failed::Malformed(e)) => return Err(malformed(&e)),
@@ -218,6 +233,13 @@ impl RecordEncoder {
         let headers = headers::headers_for(&self.pipeline, &view, token, format)
             .map_err(|e| malformed(&e))?;
         let is_delete = view.operation_type == "delete";
+        let tombstone = match (self.value, &self.unwrap) {
+            (ValueMode::Document, _) => false,
+            (ValueMode::Unwrapped, Some(form)) => {
+                is_delete && value.is_some() && form.tombstone_after_delete()
+            }
+            _ => is_delete && self.tombstones,
+        };
         let records = self.finish(
             topic,
             key,
@@ -225,7 +247,7 @@ impl RecordEncoder {
             headers,
             &diverted,
             raw.as_bytes().len(),
-            is_delete,
+            tombstone,
         );
         Ok(EncodedEvent {
             records,
@@ -236,129 +258,6 @@ impl RecordEncoder {
             diverted,
             txn: crate::event::TxnId::of(&view),
         })
-    }
-
-    /// The `on_ambiguous` policy for an event JSON cannot carry exactly.
-    fn divert(
-        &self,
-        key_doc: &RawDocument,
-        value_doc: Option<&RawDocument>,
-        problem: Unrepresentable,
-    ) -> Result<Encoded, EncodeError> {
-        let key_problem = problem.path.starts_with("documentKey");
-        match self.on_ambiguous {
-            OnAmbiguous::Fail => Err(EncodeError::Unrepresentable {
-                key: lossy_json(key_doc),
-                utf8: if problem.reason.contains("UTF-8") {
-                    ", or replace_invalid_utf8 = true to write U+FFFD for it"
-                } else {
-                    ""
-                },
-                problem,
-            }),
-            OnAmbiguous::Bson => {
-                // An ambiguous key is one of every event of its document: all of them get the
-                // BSON key, so the document's records stay on one partition.
-                let key = if key_problem || self.key_format == Format::Bson {
-                    key_doc.as_bytes().to_vec()
-                } else {
-                    lossy_json(key_doc).into_bytes()
-                };
-                let value = value_doc.map(|doc| doc.as_bytes().to_vec());
-                let diversion = Diversion {
-                    outcome: "bson",
-                    problem,
-                };
-                Ok((
-                    key,
-                    value,
-                    format_header(Format::Bson, self.json),
-                    Some(diversion),
-                ))
-            }
-            OnAmbiguous::DeadLetter => {
-                let key = match self.key_format {
-                    Format::Bson => key_doc.as_bytes().to_vec(),
-                    Format::Json => lossy_json(key_doc).into_bytes(),
-                };
-                let diversion = Diversion {
-                    outcome: "dead_lettered",
-                    problem,
-                };
-                Ok((key, None, b"json-canonical", Some(diversion)))
-            }
-        }
-    }
-
-    /// The records of an encoded event or copied document: its dead-letter stub when
-    /// `on_ambiguous` diverted it there, else [`Self::records`]. `size`: the source's bytes.
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &self,
-        topic: Arc<str>,
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-        headers: Vec<(&'static str, Vec<u8>)>,
-        diverted: &Option<Diversion>,
-        size: usize,
-        is_delete: bool,
-    ) -> Vec<Record> {
-        match (diverted, &self.dead_letter_topic) {
-            (Some(d), Some(dlq)) if d.outcome == "dead_lettered" => {
-                let refused = Refused {
-                    topic,
-                    key,
-                    headers,
-                    size,
-                    enqueued: false,
-                };
-                vec![dead_letter::stub(
-                    dlq,
-                    &refused,
-                    &d.problem.reason,
-                    self.key_format,
-                )]
-            }
-            _ => self.records(topic, key, value, headers, is_delete),
-        }
-    }
-
-    /// The event's record, and its tombstone after a delete when the pipeline wants one.
-    fn records(
-        &self,
-        topic: Arc<str>,
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-        headers: Vec<(&'static str, Vec<u8>)>,
-        is_delete: bool,
-    ) -> Vec<Record> {
-        let tombstone = is_delete && self.tombstones && self.value != ValueMode::Document;
-        let mut records = Vec::with_capacity(2);
-        if tombstone {
-            records.push(Record {
-                topic: Arc::clone(&topic),
-                key: key.clone(),
-                value,
-                headers: headers.clone(),
-                partition: None,
-            });
-            records.push(Record {
-                topic,
-                key,
-                value: None,
-                headers,
-                partition: None,
-            });
-        } else {
-            records.push(Record {
-                topic,
-                key,
-                value,
-                headers,
-                partition: None,
-            });
-        }
-        records
     }
 
     fn topic_for(&mut self, view: &ChangeEventView<'_>, raw: Option<&RawDocument>) -> Arc<str> {
@@ -398,3 +297,5 @@ mod fields_tests;
 mod format_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unwrap_tests;

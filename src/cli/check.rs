@@ -32,6 +32,7 @@ mod routing;
 mod snapshot;
 mod state;
 mod topics;
+mod unwrap;
 
 /// Bound of each network check.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);

@@ -44,9 +44,13 @@ pub struct PipelineConfig {
     pub heartbeat_interval_ms: u64,
     /// The heartbeat topic; default `<topic_prefix>heartbeats`.
     pub heartbeat_topic: Option<String>,
-    /// Default `change_event`; `debezium` with [`debezium`](Self::debezium).
+    /// Default `change_event`; `document`; `unwrapped` with [`unwrap`](Self::unwrap);
+    /// `debezium` with [`debezium`](Self::debezium).
     #[serde(default = "default_value_mode")]
     pub value: ValueMode,
+    /// `[pipelines.unwrap]`: the unwrapped form's settings (`value = "unwrapped"`,
+    /// `config/unwrap.rs`).
+    pub unwrap: Option<super::UnwrapSettings>,
     /// `[pipelines.debezium]`: the Debezium form's settings (`value = "debezium"`).
     pub debezium: Option<super::DebeziumSettings>,
     /// The value's encoding: `json` (default, Extended JSON v2 in the `json` mode) or `bson`

@@ -325,9 +325,9 @@ fn key_rules(p: &PipelineConfig, r: &RoutingSettings, at: &str) -> Result<(), Br
              key_field, or use value = \"change_event\"",
         );
     }
-    if p.value == ValueMode::Document {
+    if matches!(p.value, ValueMode::Document | ValueMode::Unwrapped) {
         return refuse(
-            "with value = \"document\" a delete is a null value under the key, and keyed by \
+            "with value = \"document\" or \"unwrapped\" a delete is a null value under the key, and keyed by \
              this field no consumer could tell which document went: use value = \
              \"change_event\"",
         );

@@ -59,7 +59,17 @@ pub(super) fn snapshot_rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeE
             ),
         ));
     }
-    if p.value != ValueMode::Document && !p.tombstones {
+    if p.value == ValueMode::Unwrapped && !super::UnwrapSettings::of(p).tombstone() {
+        return Err(BridgeError::config(
+            format!("{at}.unwrap.deletes"),
+            format!(
+                "{key} needs tombstones, or a deleted document's record would stay the key's \
+                 last record in a compacted topic: use \"tombstone\" or \
+                 \"rewrite_with_tombstone\""
+            ),
+        ));
+    }
+    if !matches!(p.value, ValueMode::Document | ValueMode::Unwrapped) && !p.tombstones {
         return Err(BridgeError::config(
             format!("{at}.tombstones"),
             format!(

@@ -294,7 +294,7 @@ fn bad_enum_values_of_other_options_list_the_allowed_values() {
         (
             "value = \"doc\"",
             "pipelines[0].value",
-            "expected one of `change_event`, `document`, `debezium`",
+            "expected one of `change_event`, `document`, `unwrapped`, `debezium`",
         ),
         (
             "json = \"strict\"",

@@ -12,8 +12,7 @@ use std::collections::HashSet;
 
 use super::names::is_internal;
 use super::{
-    Config, Format, FullDocument, OnAmbiguous, OnHistoryLost, OnOversize, PipelineConfig,
-    SnapshotMode, StartAt, ValueMode,
+    Config, Format, OnAmbiguous, OnHistoryLost, OnOversize, PipelineConfig, SnapshotMode, StartAt,
 };
 use crate::error::BridgeError;
 
@@ -329,6 +328,7 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
     super::debezium::rules(p, at)?;
     super::images::rules(p, at).and_then(|()| super::heartbeat::rules(p, at))?;
     super::fields::rules(p, &format!("{at}."))?;
+    super::unwrap::rules(p, at)?;
     let dead_letters = [
         ("on_oversize", p.on_oversize == OnOversize::DeadLetter),
         ("on_ambiguous", p.on_ambiguous == OnAmbiguous::DeadLetter),
@@ -342,13 +342,6 @@ fn validate_pipeline(at: &str, p: &PipelineConfig) -> Result<(), BridgeError> {
                 "required with {policy} = \"dead_letter\": name the topic for the records it \
                  diverts"
             ),
-        ));
-    }
-    if p.value == ValueMode::Document && p.full_document == FullDocument::Default {
-        return Err(BridgeError::config(
-            format!("{at}.full_document"),
-            "value = \"document\" needs a full document on updates: use \"update_lookup\", \
-             \"when_available\" or \"required\" (otherwise an update would look like a delete)",
         ));
     }
     if p.dead_letter_topic.is_some() && !dead_letters.iter().any(|(_, uses)| *uses) {

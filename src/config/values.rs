@@ -73,6 +73,9 @@ pub enum ValueMode {
     ChangeEvent,
     /// `fullDocument` only (null for deletes and vanished documents).
     Document,
+    /// The document after the change as a flat record (`[pipelines.unwrap]`,
+    /// README "The unwrapped form").
+    Unwrapped,
     /// The records of Debezium's MongoDB connector 3.6 with Kafka Connect's JSON converter
     /// (`[pipelines.debezium]`, README "The Debezium form").
     Debezium,

@@ -294,7 +294,8 @@ impl RecordEncoder {
         headers.splice(0..0, context.unwrap_or_default());
         let problem = match written.map_err(failed) {
             Ok((key, value)) => {
-                let records = self.records(topic, key, Some(value), headers, is_delete);
+                let tombstone = is_delete && self.tombstones;
+                let records = Self::records(topic, key, Some(value), headers, tombstone);
                 return Ok((records, None));
             }
             Err(Ok(error)) => return Err(error),
@@ -309,7 +310,8 @@ impl RecordEncoder {
         }
         let size = value_doc.as_bytes().len();
         let (key, value, _, diverted) = self.divert(key_doc, Some(value_doc), problem)?;
-        let records = self.finish(topic, key, value, headers, &diverted, size, is_delete);
+        let tombstone = is_delete && self.tombstones;
+        let records = self.finish(topic, key, value, headers, &diverted, size, tombstone);
         Ok((records, diverted))
     }
 }

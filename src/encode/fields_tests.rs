@@ -297,8 +297,7 @@ fn a_rule_on_a_shard_key_field_is_found_with_its_rule() {
 
 #[test]
 fn the_example_configurations_fields_block_is_valid_once_uncommented() {
-    let block =
-        crate::config::tests::example_block("# [pipelines.fields]", "# [pipelines.routing]");
+    let block = crate::config::tests::example_block("# [pipelines.fields]", "# [pipelines.unwrap]");
     let text = format!(
         "[mongodb]\nuri = \"mongodb://h:1\"\n[kafka]\nbootstrap_servers = \"h:1\"\n\
          [[pipelines]]\nname = \"p\"\ndatabase = \"d\"\n{block}"

@@ -16,6 +16,7 @@ use bson::{RawDocument, RawDocumentBuf, Timestamp, rawdoc};
 
 use super::debezium::SnapshotMark;
 use super::format::{Failed, key_bytes, value_bytes};
+use super::unwrap::Unwrapped;
 use super::{Diversion, Record, RecordEncoder, format_header, own_document};
 use crate::config::ValueMode;
 use crate::error::encode::EncodeError;
@@ -55,17 +56,36 @@ impl RecordEncoder {
             key::document_key(doc, target.shard_key.as_deref()).map_err(EncodeError::Malformed)?;
         let topic = self.topic_of(&target.db, &target.coll);
         let event;
+        let built;
+        let mut collision = None;
         let (value_doc, prefix): (&RawDocument, &str) = match self.value {
             ValueMode::ChangeEvent | ValueMode::Debezium => {
                 event = copy_event(target, &key_doc, doc);
                 (&event, "")
             }
             ValueMode::Document => (doc, "fullDocument."),
+            ValueMode::Unwrapped => {
+                let ns = (target.db.as_str(), target.coll.as_str());
+                match self.unwrapped_copy(doc, ns, read_time) {
+                    Some(Unwrapped::Built(b)) => {
+                        built = b;
+                        (&built, "")
+                    }
+                    Some(Unwrapped::Collides(problem)) => {
+                        collision = Some(problem);
+                        (doc, "fullDocument.")
+                    }
+                    _ => (doc, "fullDocument."),
+                }
+            }
         };
-        let written = key_bytes(&key_doc, self.key_format, self.utf8).and_then(|key| {
-            let value = value_bytes(value_doc, prefix, self.format, self.json, self.utf8)?;
-            Ok((key, value))
-        });
+        let written = match collision {
+            Some(problem) => Err(Failed::Unrepresentable(problem)),
+            None => key_bytes(&key_doc, self.key_format, self.utf8).and_then(|key| {
+                let value = value_bytes(value_doc, prefix, self.format, self.json, self.utf8)?;
+                Ok((key, value))
+            }),
+        };
         let (key, value, format, diverted) = match written {
             Ok((key, value)) => (
                 key,

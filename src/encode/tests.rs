@@ -166,7 +166,9 @@ fn assert_golden(g: &Golden) {
             let value_name = match value {
                 ValueMode::ChangeEvent => "change_event",
                 ValueMode::Document => "document",
-                ValueMode::Debezium => unreachable!("encode/debezium/tests.rs"),
+                ValueMode::Debezium | ValueMode::Unwrapped => {
+                    unreachable!("encode/debezium/tests.rs, encode/unwrap_tests.rs")
+                }
             };
             let mut encoder = encoder(&format!("json = \"{json_name}\"\nvalue = \"{value_name}\""));
 
@@ -197,7 +199,9 @@ fn assert_golden(g: &Golden) {
                     }
                     None => None,
                 },
-                ValueMode::Debezium => unreachable!("encode/debezium/tests.rs"),
+                ValueMode::Debezium | ValueMode::Unwrapped => {
+                    unreachable!("encode/debezium/tests.rs, encode/unwrap_tests.rs")
+                }
             };
             let record = Shown {
                 topic: g.topic.to_owned(),

@@ -32,4 +32,5 @@ mod replication;
 mod routing;
 mod snapshot;
 mod solid;
+mod unwrap;
 mod values;

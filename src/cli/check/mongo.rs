@@ -88,6 +88,7 @@ pub(super) async fn check(
         }
         lines.extend(super::images::lines(&client, config, p, &secrets).await);
         lines.extend(super::fields::lines(&client, p).await);
+        lines.extend(super::unwrap::lines(p));
         let bounds = bounds.as_ref().ok();
         lines.extend(state::offsets_lines(&client, config, p, bounds, cluster.as_ref()).await);
         largest.extend(state::largest_documents(&client, config, p).await);

@@ -204,7 +204,7 @@ pub(super) async fn largest_documents(
         .await
         .unwrap_or_default();
     let copies = match p.value {
-        ValueMode::Document => 1,
+        ValueMode::Document | ValueMode::Unwrapped => 1,
         ValueMode::ChangeEvent | ValueMode::Debezium => {
             let post = u64::from(p.full_document != FullDocument::Default);
             let pre = u64::from(p.full_document_before_change != FullDocumentBeforeChange::Off);
