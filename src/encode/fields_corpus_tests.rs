@@ -11,7 +11,7 @@ use super::fields::FieldRewriter;
 use crate::config::PipelineConfig;
 
 /// Every `canonical_bson` of the corpus' valid cases that is a document; `None` when absent.
-fn corpus() -> Option<Vec<RawDocumentBuf>> {
+pub(super) fn corpus() -> Option<Vec<RawDocumentBuf>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/bson-corpus");
     if !dir.is_dir() {
         eprintln!(

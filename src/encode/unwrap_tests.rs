@@ -1,6 +1,7 @@
 //! The unwrapped form (`encode/unwrap.rs`): each kind of event's records in JSON and BSON, the
-//! added fields, the delete modes, a copied document, a collision, and the refusals at load
-//! (`config/unwrap.rs`).
+//! added fields, the delete modes, a copied document, a collision, the refusals at load
+//! (`config/unwrap.rs`), and every document of the BSON corpus (`../shared/data`, skipped with
+//! the reason when absent) unwrapped to its own bytes.
 
 use bson::{Bson, DateTime, Document, RawDocumentBuf, Timestamp, doc};
 
@@ -214,4 +215,53 @@ fn the_example_configurations_unwrap_block_is_valid_once_uncommented() {
     let config = config(&format!("value = \"unwrapped\"\n{block}")).expect("the block loads");
     let settings = config.pipelines[0].unwrap.clone().expect("the table");
     assert_eq!(settings.add_fields.len(), 3, "{block}");
+}
+
+#[test]
+fn every_corpus_document_unwraps_to_its_own_bytes_and_its_update_to_its_fields() {
+    let Some(docs) = super::fields_corpus_tests::corpus() else {
+        return;
+    };
+    let mut e = encoder("format = \"bson\"\n[pipelines.unwrap]\nadd_fields = [\"op\"]");
+    for (i, source) in docs.iter().enumerate() {
+        // An insert whose document is the corpus document under an `_id` of its own.
+        let mut full = RawDocumentBuf::new();
+        full.append("_id", i as i64);
+        for (k, v) in source
+            .iter()
+            .flatten()
+            .filter(|(k, _)| *k != "_id" && !k.starts_with("__"))
+        {
+            full.append_ref(k, v);
+        }
+        let mut raw = event("insert", doc! {}).to_document().expect("a document");
+        raw.insert("fullDocument", full.to_document().expect("valid"));
+        let raw = RawDocumentBuf::from_document(&raw).expect("a document");
+        let encoded = e.encode(&raw).expect("encodes");
+        let value = encoded.records[0].value.as_deref().expect("a value");
+        let mut expected = full.clone();
+        expected.append("__op", "c");
+        assert_eq!(value, expected.as_bytes(), "corpus document {i}");
+        // An update without its document: the corpus fields as updatedFields, kept as they are.
+        let mut fields = full.to_document().expect("valid");
+        fields.remove("_id");
+        let update = event(
+            "update",
+            doc! { "updateDescription": { "updatedFields": fields, "removedFields": [] } },
+        );
+        let encoded = e.encode(&update).expect("encodes");
+        let value = encoded.records[0].value.as_deref().expect("a value");
+        let back = RawDocumentBuf::from_bytes(value.to_vec()).expect("BSON");
+        // Compared as bytes: NaN is not equal to itself.
+        let one = |k: &str, v: bson::RawBsonRef<'_>| {
+            let mut d = RawDocumentBuf::new();
+            d.append_ref(k, v);
+            d
+        };
+        for (k, v) in full.iter().flatten().filter(|(k, _)| *k != "_id") {
+            let got = back.get(k).ok().flatten().map(|g| one(k, g));
+            assert_eq!(got, Some(one(k, v)), "corpus document {i}, {k}");
+        }
+        assert_eq!(back.get_bool("__partial"), Ok(true));
+    }
 }
