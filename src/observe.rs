@@ -15,4 +15,5 @@ pub(crate) mod history;
 pub(crate) mod http;
 pub mod metrics;
 pub mod status;
+pub(crate) mod status_page;
 pub mod telemetry;

@@ -1,4 +1,5 @@
-//! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz`, `/readyz`.
+//! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz`, `/readyz`, and the status
+//! page `/status` (`/` redirects there; `status_page.rs`).
 //!
 //! Invariants: handlers only read shared state; `/healthz` is 200 unless a pipeline loop is
 //! wedged; `/readyz` is 200 only when every pipeline's stream is open (or it stands by for
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::observe::health::Health;
 use crate::observe::metrics::Metrics;
+use crate::observe::status_page::{self, History};
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -26,6 +28,7 @@ struct AppState {
     metrics: Metrics,
     health: Arc<Health>,
     max_delivery_age_ms: i64,
+    history: History,
 }
 
 /// Binds `listen` and serves until `cancel` fires. Returns the bound address (useful with port 0).
@@ -40,15 +43,23 @@ pub(crate) async fn serve(
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    let history = History::default();
+    history.spawn_sampler(metrics.clone(), Arc::clone(&health), cancel.clone());
     let state = AppState {
         metrics,
         health,
         max_delivery_age_ms,
+        history,
     };
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to("/status") }),
+        )
         .with_state(state);
     tokio::spawn(async move {
         let shutdown = async move { cancel.cancelled().await };
@@ -96,4 +107,14 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, body)
+}
+
+async fn status(State(state): State<AppState>) -> impl IntoResponse {
+    let page = status_page::render(
+        &state.metrics,
+        &state.health,
+        &state.history,
+        state.max_delivery_age_ms,
+    );
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page)
 }

@@ -34,10 +34,11 @@
 //!   not stop the others, and the table of results is printed at the end either way.
 //!
 //! The binary's ordinary tests (`deployments`, `history`, `isolation`, `killed`, `mock_kafka`, `ops`,
-//! `resumable`, `snapshot`, `exactly_once::gap`) each check one fault with plain assertions, on the shared
+//! `resumable`, `snapshot`, `status_page`, `exactly_once::gap`) each check one fault with plain assertions, on the shared
 //! servers or an instance of their own. They run beside each other but never beside the suite
 //! ([`suite::turn`]); `MKB_FAULTS_ONLY` selects them by module name too (`history`, `killed`,
-//! `mock_kafka`, `ops`, `resumable`, `snapshot`, `eosgap`, `isolation`, `deployments`).
+//! `mock_kafka`, `ops`, `resumable`, `snapshot`, `status_page`, `eosgap`, `isolation`,
+//! `deployments`).
 
 #![allow(clippy::unwrap_used)]
 // A binary exports nothing: the library's lints on public items (Cargo.toml) do not apply.
@@ -76,6 +77,7 @@ mod mock_kafka;
 mod ops;
 mod resumable;
 mod snapshot;
+mod status_page;
 
 use std::path::PathBuf;
 use std::pin::Pin;
