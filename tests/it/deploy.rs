@@ -168,6 +168,23 @@ fn compose_and_dockerfile_agree() {
             .lines()
             .any(|l| l.starts_with("USER ") && !l.contains("root"))
     );
+    // The dependency layer builds from stubs: every target the manifest names has one, or
+    // cargo refuses the manifest.
+    let manifest = read("Cargo.toml");
+    for path in manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("path = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+    {
+        assert!(
+            dockerfile.contains(&format!("> {path}")),
+            "the Dockerfile stubs no {path}"
+        );
+    }
+    assert!(
+        dockerfile.contains("--target $TARGET --features static"),
+        "the image's binary is the static build"
+    );
     for v in services["prometheus"]["volumes"]
         .as_sequence()
         .unwrap()
