@@ -121,6 +121,18 @@ pub(crate) enum Action {
 }
 
 impl Action {
+    /// The TOML key that sets the action, for error messages.
+    fn key(&self) -> &'static str {
+        match self {
+            Self::Keep => "include",
+            Self::Exclude => "exclude",
+            Self::Rename(_) => "rename",
+            Self::Mask => "mask",
+            Self::Hash => "hash",
+            Self::Truncate(_) => "truncate",
+        }
+    }
+
     /// Whether the action decides the whole value (no rule may sit under it).
     fn is_whole(&self) -> bool {
         !matches!(self, Self::Keep | Self::Rename(_))
@@ -137,6 +149,9 @@ pub(crate) struct Node {
     /// With `include`: this path is at or under an included path (kept whole unless a rule
     /// says otherwise).
     pub(crate) included: bool,
+    /// `include` names this path (its action may be another rule's: kept, then masked,
+    /// hashed, truncated or renamed).
+    pub(crate) kept: bool,
 }
 
 /// The parsed rules of a pipeline (no `Debug`: it holds the key).
@@ -220,12 +235,19 @@ impl FieldSettings {
                 }
                 node = node.children.entry(part.clone()).or_default();
             }
+            // `include` and one other rule on a path: kept, then that rule (include comes
+            // first in `entries`).
+            if *action == Action::Keep {
+                node.kept = true;
+            } else if node.action == Some(Action::Keep) && *action != Action::Exclude {
+                node.action = None;
+            }
             if let Some(before) = &node.action {
                 return Err(bad(
                     key,
                     format!(
-                        "\"{path}\" already has a rule ({before:?}): one rule per path; \
-                         include and exclude cannot be combined either"
+                        "\"{path}\" already has a rule ({}): one rule per path",
+                        before.key()
                     ),
                 ));
             }
@@ -233,8 +255,9 @@ impl FieldSettings {
                 return Err(bad(
                     key,
                     format!(
-                        "other rules sit under \"{path}\", whose {action:?} decides its whole \
-                         value: remove one of them"
+                        "other rules sit under \"{path}\", whose {} decides its whole value: \
+                         remove one of them",
+                        action.key()
                     ),
                 ));
             }
@@ -282,7 +305,7 @@ impl FieldSettings {
 
 /// Marks every node at or under an `include` path (`Action::Keep`).
 fn mark_included(node: &mut Node, above: bool) {
-    node.included = above || node.action == Some(Action::Keep);
+    node.included = above || node.kept;
     let included = node.included;
     for child in node.children.values_mut() {
         mark_included(child, included);

@@ -310,3 +310,20 @@ fn the_example_configurations_fields_block_is_valid_once_uncommented() {
         "{block}"
     );
 }
+
+#[test]
+fn an_included_field_can_also_be_masked_hashed_truncated_or_renamed() {
+    let out = rewrite(
+        "include = [\"email\", \"ssn\", \"bio\", \"zip\"]\nhash = [\"email\"]\nmask = [\"ssn\"]\n\
+         truncate = { \"bio\" = 2 }\nrename = { \"zip\" = \"postcode\" }",
+        doc! { "_id": 1, "email": "a@b", "ssn": "1", "bio": "abcd", "zip": "75", "other": 2 },
+    );
+    assert_eq!(out.get_str("ssn"), Ok("****"));
+    assert_eq!(out.get_str("bio"), Ok("ab"));
+    assert_eq!(out.get_str("postcode"), Ok("75"));
+    assert_eq!(out.get_str("email").map(str::len), Ok(64), "{out}");
+    assert!(!out.contains_key("other"), "{out}");
+    let (field, reason) = refused("include = [\"a\"]\nexclude = [\"a\"]");
+    assert_eq!(field, "pipelines[0].fields.exclude[0]");
+    assert!(reason.contains("already has a rule (include)"), "{reason}");
+}
