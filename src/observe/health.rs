@@ -44,6 +44,9 @@ pub struct PipelineHealth {
     /// delivery, or the cluster's metadata, answers again. A restarted run has nothing in
     /// flight at first, so the age of the oldest undelivered record cannot tell.
     pub kafka_failing: AtomicBool,
+    /// Unix ms when the previous owner's lease ends, while a take-over waits for it before
+    /// its first record (`pipeline/standby.rs`); 0 otherwise. Not ready meanwhile, saying so.
+    pub lease_wait_until_ms: AtomicI64,
     /// While this instance stands by: the owner and the end of its lease (Unix ms).
     standby: Mutex<Option<(String, i64)>>,
     /// Why the pipeline was refused (it never runs in this process).

@@ -151,14 +151,33 @@ pub(super) async fn take_over(
         // renewed every look: the wait may be as long as a lease, and a standby must never
         // see ours lapse before our first record.
         let end = tokio::time::Instant::now() + Duration::from_millis(left as u64);
-        while let Some(rest) = end.checked_duration_since(tokio::time::Instant::now())
-            && !rest.is_zero()
-        {
-            health.beat();
-            if let Err(e) = store.renew(epoch).await {
-                return Some(Err(e));
+        health.lease_wait_until_ms.store(
+            until.timestamp_millis(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let waited = async {
+            while let Some(rest) = end.checked_duration_since(tokio::time::Instant::now())
+                && !rest.is_zero()
+            {
+                health.beat();
+                store.renew(epoch).await?;
+                if cancellable(cancel, tokio::time::sleep(rest.min(LOOK_EVERY)))
+                    .await
+                    .is_none()
+                {
+                    return Ok(false);
+                }
             }
-            cancellable(cancel, tokio::time::sleep(rest.min(LOOK_EVERY))).await?;
+            Ok(true)
+        };
+        let waited: Result<bool, BridgeError> = waited.await;
+        health
+            .lease_wait_until_ms
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        match waited {
+            Err(e) => return Some(Err(e)),
+            Ok(false) => return None,
+            Ok(true) => {}
         }
     }
     Some(store.renew(epoch).await.map(|()| offsets))

@@ -89,7 +89,14 @@ fn pipeline_lines(
     if let Some(text) = p.escalated() {
         reasons.push(format!("pipeline {name}: {text}"));
     }
-    if !p.stream_open.load(Ordering::Relaxed) {
+    let lease_wait = p.lease_wait_until_ms.load(Ordering::Relaxed);
+    if lease_wait > now {
+        reasons.push(format!(
+            "pipeline {name}: taken; waiting {} ms more for the previous owner's lease to end \
+             before the first record (its queued records expire by then: per-document order)",
+            lease_wait - now
+        ));
+    } else if !p.stream_open.load(Ordering::Relaxed) {
         reasons.push(format!("pipeline {name}: change stream not open"));
     }
     if p.kafka_failing.load(Ordering::Relaxed) {

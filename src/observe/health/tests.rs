@@ -179,3 +179,20 @@ fn a_missing_topic_ends_when_a_record_reaches_it_and_only_that_topic() {
     assert_eq!(health.readiness(1000), ready(&[]));
     assert!(a.set_topic_missing("t", "again"), "a new episode");
 }
+
+#[test]
+fn a_take_over_waiting_for_the_previous_lease_says_so_instead_of_a_closed_stream() {
+    let health = Health::new(["a".to_owned()], 120_000);
+    let a = health.pipeline("a");
+    a.lease_wait_until_ms
+        .store(now_ms() + 10_000, Ordering::Relaxed);
+    let r = health.readiness(1000);
+    assert!(!r.ready, "{r:?}");
+    assert_eq!(r.lines.len(), 1, "{r:?}");
+    assert!(r.lines[0].contains("previous owner's lease"), "{r:?}");
+    a.lease_wait_until_ms.store(0, Ordering::Relaxed);
+    assert_eq!(
+        health.readiness(1000),
+        not_ready(&["pipeline a: change stream not open"])
+    );
+}
