@@ -235,9 +235,7 @@ impl RecordEncoder {
         let is_delete = view.operation_type == "delete";
         let tombstone = match (self.value, &self.unwrap) {
             (ValueMode::Document, _) => false,
-            (ValueMode::Unwrapped, Some(form)) => {
-                is_delete && value.is_some() && form.tombstone_after_delete()
-            }
+            (ValueMode::Unwrapped, Some(form)) => is_delete && form.tombstone_after_delete(),
             _ => is_delete && self.tombstones,
         };
         let records = self.finish(

@@ -80,6 +80,15 @@ impl RecordEncoder {
     ) -> Vec<Record> {
         match (diverted, &self.dead_letter_topic) {
             (Some(d), Some(dlq)) if d.outcome == "dead_lettered" => {
+                // A delete's tombstone is not what was refused: it still follows, so a
+                // compacted topic forgets the document.
+                let after = tombstone.then(|| Record {
+                    topic: Arc::clone(&topic),
+                    key: key.clone(),
+                    value: None,
+                    headers: headers.clone(),
+                    partition: None,
+                });
                 let refused = Refused {
                     topic,
                     key,
@@ -87,12 +96,14 @@ impl RecordEncoder {
                     size,
                     enqueued: false,
                 };
-                vec![dead_letter::stub(
+                let mut out = vec![dead_letter::stub(
                     dlq,
                     &refused,
                     &d.problem.reason,
                     self.key_format,
-                )]
+                )];
+                out.extend(after);
+                out
             }
             _ => Self::records(topic, key, value, headers, tombstone),
         }

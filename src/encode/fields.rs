@@ -29,7 +29,55 @@ use crate::config::{EmptyUpdates, FieldRules, PipelineConfig};
 
 mod update;
 
-type Result<T> = std::result::Result<T, bson::raw::Error>;
+type Result<T> = std::result::Result<T, RewriteError>;
+
+/// Why an event or document could not be rewritten.
+#[derive(Debug)]
+pub(crate) enum RewriteError {
+    /// Malformed BSON.
+    Malformed(bson::raw::Error),
+    /// A rename would write a field twice: the document has a field of the new name that stays.
+    Twice(String),
+}
+
+impl From<bson::raw::Error> for RewriteError {
+    fn from(e: bson::raw::Error) -> Self {
+        Self::Malformed(e)
+    }
+}
+
+impl std::fmt::Display for RewriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Malformed(e) => write!(f, "{e}"),
+            Self::Twice(name) => write!(
+                f,
+                "[pipelines.fields] rename would write {name:?} twice: the document has a field \
+                 of that name besides the renamed one; rename to a name the documents do not use"
+            ),
+        }
+    }
+}
+
+/// Refuses `out` (a document level just written under `node`) when a rename made a name
+/// appear twice; costs nothing where `node` renames nothing.
+fn refuse_twice(out: &RawDocumentBuf, node: &Node) -> Result<()> {
+    let renames = || {
+        node.children.values().filter_map(|c| match &c.action {
+            Some(Action::Rename(to)) => Some(to.as_str()),
+            _ => None,
+        })
+    };
+    if renames().next().is_none() {
+        return Ok(());
+    }
+    for to in renames() {
+        if out.iter().flatten().filter(|(k, _)| k == &to).count() > 1 {
+            return Err(RewriteError::Twice(to.to_owned()));
+        }
+    }
+    Ok(())
+}
 
 /// An event after the rules.
 #[derive(Debug)]
@@ -47,6 +95,8 @@ pub(crate) struct FieldRewriter {
     rules: FieldRules,
     /// The HMAC keyed once (its inner and outer pads hashed): each hash clones it.
     keyed: Option<Hmac<Sha256>>,
+    /// Whether any rule renames (an update's fields are then checked for a name written twice).
+    renames: bool,
 }
 
 impl std::fmt::Debug for FieldRewriter {
@@ -86,7 +136,15 @@ impl FieldRewriter {
         let keyed = rules.hash_key.as_deref().map(|key| {
             Hmac::<Sha256>::new_from_slice(key).expect("HMAC-SHA-256 takes a key of any length")
         });
-        Some(Self { rules, keyed })
+        let renames = pipeline
+            .fields
+            .as_ref()
+            .is_some_and(|f| !f.rename.is_empty());
+        Some(Self {
+            rules,
+            keyed,
+            renames,
+        })
     }
 
     /// Whether an emptied update gets no record (`empty_updates = "skip"`).
@@ -138,6 +196,7 @@ impl FieldRewriter {
                 None => {}
             }
         }
+        refuse_twice(&out, node)?;
         Ok(out)
     }
 

@@ -327,3 +327,44 @@ fn an_included_field_can_also_be_masked_hashed_truncated_or_renamed() {
     assert_eq!(field, "pipelines[0].fields.exclude[0]");
     assert!(reason.contains("already has a rule (include)"), "{reason}");
 }
+
+#[test]
+fn a_rename_never_writes_a_name_twice_nor_slips_past_another_rule() {
+    for (rules, phrase) in [
+        ("rename = { \"a\" = \"_id\" }", "onto `_id`"),
+        (
+            "rename = { \"b\" = \"c\", \"d\" = \"c\" }",
+            "also the new name",
+        ),
+        (
+            "rename = { \"f\" = \"g\" }\nmask = [\"g\"]",
+            "put the rule on \"f\"",
+        ),
+        (
+            "rename = { \"e.x\" = \"y\" }\nexclude = [\"e.y\"]",
+            "put the rule on \"e.x\"",
+        ),
+        ("rename = { \"a\" = \"a\" }", "to itself"),
+    ] {
+        let (field, reason) = refused(rules);
+        assert!(field.contains("rename."), "{rules}: {field}");
+        assert!(reason.contains(phrase), "{rules}: {reason}");
+    }
+    // A swap is fine; a document that has the new name already is refused when rewritten.
+    let swapped = rewrite(
+        "rename = { \"h\" = \"i\", \"i\" = \"h\" }",
+        doc! { "_id": 1, "h": "H", "i": "I" },
+    );
+    assert_eq!(swapped, doc! { "_id": 1, "i": "H", "h": "I" });
+    let twice = rewriter("rename = { \"b\" = \"c\" }")
+        .document(&raw(doc! { "_id": 1, "b": 1, "c": 2 }))
+        .expect_err("c twice");
+    assert!(twice.to_string().contains("\"c\" twice"), "{twice}");
+    let update = doc! { "updatedFields": { "b": 1, "c": 2 }, "removedFields": [] };
+    let event = raw(doc! { "operationType": "update", "updateDescription": update });
+    assert!(
+        rewriter("rename = { \"b\" = \"c\" }")
+            .event(&event)
+            .is_err()
+    );
+}

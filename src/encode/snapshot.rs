@@ -42,7 +42,8 @@ impl RecordEncoder {
         let doc = match &self.fields {
             None => doc,
             Some(rules) => {
-                let malformed = |e: bson::raw::Error| EncodeError::Malformed(e.to_string());
+                let malformed =
+                    |e: super::fields::RewriteError| EncodeError::Malformed(e.to_string());
                 rewritten = rules.document(doc).map_err(malformed)?;
                 &*rewritten
             }

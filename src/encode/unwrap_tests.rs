@@ -265,3 +265,22 @@ fn every_corpus_document_unwraps_to_its_own_bytes_and_its_update_to_its_fields()
         assert_eq!(back.get_bool("__partial"), Ok(true));
     }
 }
+
+#[test]
+fn a_dead_lettered_delete_is_still_followed_by_its_tombstone() {
+    let raw = event(
+        "delete",
+        doc! { "fullDocumentBeforeChange": { "_id": 7, "__deleted": false } },
+    );
+    let mut e = encoder(
+        "on_ambiguous = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n\
+         [pipelines.unwrap]\ndeletes = \"rewrite_with_tombstone\"",
+    );
+    let encoded = e.encode(&raw).expect("diverted");
+    let topics: Vec<(&str, bool)> = encoded
+        .records
+        .iter()
+        .map(|r| (&*r.topic, r.value.is_some()))
+        .collect();
+    assert_eq!(topics, [("dlq", true), ("shop.orders", false)]);
+}

@@ -29,6 +29,7 @@ pub(crate) fn rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
             ));
         }
     }
+    renames(f).map_err(|(key, reason)| bad(&key, reason))?;
     for (path, n) in &f.truncate {
         if *n == 0 {
             return Err(bad(
@@ -183,4 +184,55 @@ fn routed_fields(routing: &super::super::RoutingSettings) -> Vec<Vec<String>> {
         })
         .map(|s| s[1..].to_vec())
         .collect()
+}
+
+/// What a rename may not do: land on `_id`, share its new name with another rename under the
+/// same parent, or land on a path another rule names (rules apply to a field by its name in
+/// the source document, so that rule would never see the renamed value: a `mask` or `exclude`
+/// there would be bypassed). A path whose own field is renamed away is free (a swap).
+fn renames(f: &crate::config::FieldSettings) -> Result<(), (String, String)> {
+    let key = |from: &str| format!("rename.\"{from}\"");
+    let target = |from: &str, to: &str| match from.rsplit_once('.') {
+        Some((parent, _)) => format!("{parent}.{to}"),
+        None => to.to_owned(),
+    };
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for (from, to) in &f.rename {
+        let landing = target(from, to);
+        if landing == "_id" {
+            return Err((
+                key(from),
+                "renames onto `_id`: the document's `_id` stays, so the record would hold two; \
+                 pick another name"
+                    .into(),
+            ));
+        }
+        if landing == *from {
+            return Err((key(from), format!("renames {from:?} to itself: remove it")));
+        }
+        if let Some((_, other)) = seen.iter().find(|(l, _)| *l == landing) {
+            return Err((
+                key(from),
+                format!(
+                    "{landing:?} is also the new name of {other:?}: the record would hold the \
+                     field twice; give each its own name"
+                ),
+            ));
+        }
+        seen.push((landing.clone(), from));
+        let other = f.paths().into_iter().find(|(k, parts)| {
+            parts.join(".") == landing && !(k.starts_with("rename.") || k.starts_with("include"))
+        });
+        if let Some((other_key, _)) = other {
+            return Err((
+                key(from),
+                format!(
+                    "the renamed field lands on {landing:?}, which {other_key} names: rules apply \
+                     to a field by its source name, so that rule would not apply to the renamed \
+                     value; put the rule on {from:?} instead"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -22,6 +22,13 @@ impl FieldRewriter {
                         self.updated(&mut kept, path, v)?;
                     }
                     after += kept.iter().count();
+                    if self.renames {
+                        let mut names: Vec<&str> = kept.iter().flatten().map(|(k, _)| k).collect();
+                        names.sort_unstable();
+                        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+                            return Err(super::RewriteError::Twice(w[0].to_owned()));
+                        }
+                    }
                     out.append_ref(key, &kept);
                 }
                 ("removedFields" | "truncatedArrays", RawBsonRef::Array(items)) => {
