@@ -90,6 +90,9 @@ pub(super) fn rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
             "only used with value = \"unwrapped\": set it, or remove the table",
         ));
     }
+    if p.value == ValueMode::Unwrapped {
+        unwrapped(p, at)?;
+    }
     if p.value == ValueMode::Document && p.full_document == FullDocument::Default {
         return Err(BridgeError::config(
             format!("{at}.full_document"),
@@ -97,6 +100,42 @@ pub(super) fn rules(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
              \"when_available\" or \"required\" (otherwise an update would look like a delete); \
              or value = \"unwrapped\", whose update records carry the changed fields",
         ));
+    }
+    Ok(())
+}
+
+/// The unwrapped form's own rules: `tombstones` does not apply (`deletes` decides), an added
+/// field is named once, and no rename lands on a name the form writes.
+fn unwrapped(p: &PipelineConfig, at: &str) -> Result<(), BridgeError> {
+    if !p.tombstones {
+        return Err(BridgeError::config(
+            format!("{at}.tombstones"),
+            "does not apply to value = \"unwrapped\": [pipelines.unwrap] deletes decides \
+             (\"rewrite\" writes no tombstone); remove tombstones",
+        ));
+    }
+    let settings = UnwrapSettings::of(p);
+    for (i, field) in settings.add_fields.iter().enumerate() {
+        if settings.add_fields[..i].contains(field) {
+            return Err(BridgeError::config(
+                format!("{at}.unwrap.add_fields[{i}]"),
+                format!("{:?} is listed twice: list each field once", field.name()),
+            ));
+        }
+    }
+    let written = ["__deleted", "__partial", "__removed", "__truncated"];
+    let renames = p.fields.iter().flat_map(|f| f.rename.iter());
+    for (from, to) in renames.filter(|(from, _)| !from.contains('.')) {
+        let added = settings.add_fields.iter().any(|f| f.name() == to);
+        if added || written.contains(&to.as_str()) {
+            return Err(BridgeError::config(
+                format!("{at}.fields.rename.\"{from}\""),
+                format!(
+                    "the unwrapped form writes {to:?} itself: the record would hold it twice; \
+                     pick another name"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -63,7 +63,7 @@ fn an_insert_is_its_document_and_the_added_fields_follow_in_order() {
         values(&mut encoder(""), &raw),
         vec![Some(serde_json::json!({"_id": 7, "qty": 2}))]
     );
-    let mut with = encoder("[pipelines.unwrap]\nadd_fields = [\"ts_ms\", \"op\", \"ns\", \"op\"]");
+    let mut with = encoder("[pipelines.unwrap]\nadd_fields = [\"ts_ms\", \"op\", \"ns\"]");
     let got = values(&mut with, &raw);
     assert_eq!(
         got,
@@ -283,4 +283,25 @@ fn a_dead_lettered_delete_is_still_followed_by_its_tombstone() {
         .map(|r| (&*r.topic, r.value.is_some()))
         .collect();
     assert_eq!(topics, [("dlq", true), ("shop.orders", false)]);
+}
+
+#[test]
+fn contradicting_settings_of_the_form_are_refused() {
+    for (extra, field) in [
+        (
+            "value = \"unwrapped\"\ntombstones = false",
+            "pipelines[0].tombstones",
+        ),
+        (
+            "value = \"unwrapped\"\n[pipelines.unwrap]\nadd_fields = [\"op\", \"op\"]",
+            "pipelines[0].unwrap.add_fields[1]",
+        ),
+        (
+            "value = \"unwrapped\"\n[pipelines.unwrap]\nadd_fields = [\"op\"]\n\
+             [pipelines.fields]\nrename = { \"k\" = \"__op\" }",
+            "pipelines[0].fields.rename.\"k\"",
+        ),
+    ] {
+        assert_eq!(refused(extra).0, field, "{extra}");
+    }
 }
