@@ -19,7 +19,9 @@ use crate::common::servers::kafka_bootstrap;
 use crate::common::unique;
 use crate::suite::turn;
 
-const WAIT: Duration = Duration::from_secs(30);
+/// Generous: the first start meets servers shared with the `it` tests running beside it (CI
+/// saw the first commit take longer than the 30 s this was).
+const WAIT: Duration = Duration::from_secs(120);
 
 /// A librdkafka mock cluster with `topic` (`partitions` partitions).
 fn mock_cluster(
