@@ -74,6 +74,14 @@ impl UnwrapSettings {
         p.unwrap.clone().unwrap_or_default()
     }
 
+    /// The added fields in the order records carry them (`__op`, `__ns`, `__ts_ms`), whatever
+    /// the order of `add_fields` (which [`rules`] keeps free of repeats).
+    pub(crate) fn added(&self) -> Vec<AddedField> {
+        let mut added = self.add_fields.clone();
+        added.sort();
+        added
+    }
+
     /// Whether a delete ends in a tombstone.
     pub(crate) fn tombstone(&self) -> bool {
         self.deletes != UnwrapDeletes::Rewrite

@@ -60,7 +60,7 @@ impl std::fmt::Display for RewriteError {
 }
 
 /// Refuses `out` (a document level just written under `node`) when a rename made a name
-/// appear twice; costs nothing where `node` renames nothing.
+/// appear twice. Called only when some rule renames (`FieldRewriter::renames`).
 fn refuse_twice(out: &RawDocumentBuf, node: &Node) -> Result<()> {
     let renames = || {
         node.children.values().filter_map(|c| match &c.action {
@@ -196,7 +196,9 @@ impl FieldRewriter {
                 None => {}
             }
         }
-        refuse_twice(&out, node)?;
+        if self.renames {
+            refuse_twice(&out, node)?;
+        }
         Ok(out)
     }
 

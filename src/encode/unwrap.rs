@@ -58,12 +58,9 @@ impl Unwrapper {
     pub(crate) fn of(p: &PipelineConfig) -> Option<Self> {
         (p.value == ValueMode::Unwrapped).then(|| {
             let settings = UnwrapSettings::of(p);
-            let mut added = settings.add_fields.clone();
-            added.sort();
-            added.dedup();
             Self {
                 deletes: settings.deletes,
-                added,
+                added: settings.added(),
             }
         })
     }
@@ -93,15 +90,7 @@ impl Unwrapper {
             "delete" => return self.delete(raw, view),
             _ => return Ok(Unwrapped::Event),
         };
-        let ts_ms = view
-            .wall_time_ms
-            .or_else(|| view.cluster_time.map(|t| i64::from(t.time) * 1000));
-        let facts = Facts {
-            op,
-            db: view.db,
-            coll: view.coll,
-            ts_ms,
-        };
+        let facts = Facts::of(view, op);
         if let Some(doc) = full {
             if self.added.is_empty() {
                 return Ok(Unwrapped::Document(doc));
@@ -218,16 +207,7 @@ impl Unwrapper {
         }
         let mut out = base.to_raw_document_buf();
         out.append(DELETED, true);
-        let ts_ms = view
-            .wall_time_ms
-            .or_else(|| view.cluster_time.map(|t| i64::from(t.time) * 1000));
-        let facts = Facts {
-            op: "d",
-            db: view.db,
-            coll: view.coll,
-            ts_ms,
-        };
-        self.add(&mut out, &facts);
+        self.add(&mut out, &Facts::of(view, "d"));
         Ok(Unwrapped::Built(out))
     }
 
@@ -276,6 +256,22 @@ struct Facts<'a> {
     db: Option<&'a str>,
     coll: Option<&'a str>,
     ts_ms: Option<i64>,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of change event `view` for `op`: `__ts_ms` is its `wallTime`, else its
+    /// `clusterTime`'s seconds × 1000.
+    fn of(view: &ChangeEventView<'a>, op: &'static str) -> Self {
+        let ts_ms = view
+            .wall_time_ms
+            .or_else(|| view.cluster_time.map(|t| i64::from(t.time) * 1000));
+        Self {
+            op,
+            db: view.db,
+            coll: view.coll,
+            ts_ms,
+        }
+    }
 }
 
 fn collides<'a>(path: String, name: &str) -> Unwrapped<'a> {

@@ -156,21 +156,21 @@ impl PipelineHealth {
         self.elsewhere.store(false, Ordering::Relaxed);
     }
 
-    fn refused(&self) -> Option<String> {
+    pub(crate) fn refused(&self) -> Option<String> {
         self.refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn failed(&self) -> Option<String> {
+    pub(crate) fn failed(&self) -> Option<String> {
         self.failed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn standby(&self) -> Option<(String, i64)> {
+    pub(crate) fn standby(&self) -> Option<(String, i64)> {
         self.standby
             .lock()
             .unwrap_or_else(|e| e.into_inner())

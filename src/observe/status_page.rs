@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::observe::health::{Health, now_ms};
+use crate::observe::health::{Health, PipelineHealth, now_ms};
 use crate::observe::metrics::Metrics;
 use crate::observe::metrics::read::{PipelineSnapshot, sum};
 use crate::observe::metrics::{HISTORY_HEADROOM, IN_FLIGHT_BYTES};
@@ -158,11 +158,14 @@ pub(crate) fn render(
             .iter()
             .filter_map(|l| l.strip_prefix(&prefix))
             .collect();
-        let elsewhere = health
-            .pipeline(&name)
-            .elsewhere
-            .load(std::sync::atomic::Ordering::Relaxed);
-        pipeline(&mut out, &name, &lines, elsewhere, &families, history);
+        pipeline(
+            &mut out,
+            &name,
+            &lines,
+            &health.pipeline(&name),
+            &families,
+            history,
+        );
     }
     let _ = write!(
         out,
@@ -180,13 +183,13 @@ fn pipeline(
     out: &mut String,
     name: &str,
     lines: &[&str],
-    elsewhere: bool,
+    health: &PipelineHealth,
     families: &[prometheus::proto::MetricFamily],
     history: &History,
 ) {
     let s = PipelineSnapshot::read(families, name);
     let labels = [("pipeline", name)];
-    let (state, class) = state(lines, elsewhere, &s);
+    let (state, class) = state(health, !lines.is_empty(), &s);
     let _ = write!(
         out,
         "<section class=\"pipeline\" data-pipeline=\"{n}\"><h2>{n} <span class=\"state {class}\">{}</span></h2>",
@@ -237,22 +240,23 @@ fn pipeline(
     out.push_str("</div></section>");
 }
 
-/// The state's word and its class, from `/readyz`'s reasons for the pipeline.
-fn state(lines: &[&str], elsewhere: bool, s: &PipelineSnapshot) -> (String, &'static str) {
-    let first = |p: &str| lines.iter().find(|l| l.starts_with(p));
-    if elsewhere {
+/// The state's word and its class, from the pipeline's health (`reasons`: `/readyz` gives it
+/// some).
+fn state(p: &PipelineHealth, reasons: bool, s: &PipelineSnapshot) -> (String, &'static str) {
+    if p.elsewhere.load(std::sync::atomic::Ordering::Relaxed) {
         return ("elsewhere (another member runs it)".to_owned(), "idle");
     }
-    if first("refused").is_some() {
+    if p.refused().is_some() {
         return ("refused".to_owned(), "bad");
     }
-    if first("failed").is_some() {
+    if p.failed().is_some() {
         return ("failed".to_owned(), "bad");
     }
-    if let Some(line) = first("standby") {
-        return ((*line).to_owned(), "idle");
+    if let Some((owner, until)) = p.standby() {
+        let until = crate::event::rfc3339_seconds(until / 1000);
+        return (format!("standby, owner {owner} until {until}"), "idle");
     }
-    if !lines.is_empty() {
+    if reasons {
         return ("not ready".to_owned(), "bad");
     }
     if s.copy_remaining.is_some() {

@@ -16,10 +16,7 @@ pub(super) fn lines(p: &PipelineConfig) -> Vec<CheckLine> {
         UnwrapDeletes::Rewrite => "a record with __deleted: true",
         UnwrapDeletes::RewriteWithTombstone => "a record with __deleted: true, then a tombstone",
     };
-    let mut fields = settings.add_fields.clone();
-    fields.sort();
-    fields.dedup();
-    let added: Vec<&str> = fields.iter().map(|f| f.name()).collect();
+    let added: Vec<&str> = settings.added().iter().map(|f| f.name()).collect();
     let added = if added.is_empty() {
         "no added field".to_owned()
     } else {
